@@ -1,0 +1,217 @@
+"""The two primitives and their rules.
+
+``atb_p``: a (*batch, K, M), b (*batch, K, N) -> (*batch, M, N) = op(a)ᵀ b
+``ab_p``:  a (*batch, K, M), c (*batch, M, N) -> (*batch, K, N) = op(a) c
+
+where op is the complex conjugate when ``conj=True`` and the identity otherwise.
+The operands of one call have batch shapes of equal rank whose dimensions are
+equal or 1 (a 1 broadcasts without being materialized); the public functions
+in ``jax_tsmm._api`` bring user input into that form.
+
+The two are each other's transposes, so ``grad`` of one runs the other. Every
+platform lowers to XLA's dot here; ``jax_tsmm._cuda`` adds the CUDA lowering
+that calls the generated kernels.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+from jax.extend.core import Primitive
+from jax.interpreters import ad, batching, mlir
+
+atb_p = Primitive("tsmm_atb")
+ab_p = Primitive("tsmm_ab")
+
+FLOAT_DTYPES = tuple(
+    np.dtype(d) for d in (jnp.float32, jnp.float64, jnp.complex64, jnp.complex128)
+)
+# Half-precision inputs are accepted and accumulated in float32.
+HALF_DTYPES = tuple(np.dtype(d) for d in (jnp.bfloat16, jnp.float16))
+
+
+# --- validation (shared by the public API and abstract evaluation) ----------
+
+
+def check_dtypes(name: str, x_name: str, x_dtype, y_name: str, y_dtype) -> None:
+    for arg, dtype in ((x_name, x_dtype), (y_name, y_dtype)):
+        if np.dtype(dtype) not in FLOAT_DTYPES + HALF_DTYPES:
+            raise TypeError(
+                f"jax_tsmm.{name}: {arg} has dtype {np.dtype(dtype).name}; expected one of "
+                "float32, float64, complex64, complex128, bfloat16, float16"
+            )
+    if np.dtype(x_dtype) != np.dtype(y_dtype):
+        raise TypeError(
+            f"jax_tsmm.{name}: {x_name} and {y_name} must have the same dtype, got "
+            f"{np.dtype(x_dtype).name} and {np.dtype(y_dtype).name}"
+        )
+
+
+def broadcast_batch(name: str, x_name: str, x_batch, y_name: str, y_batch) -> tuple:
+    """Broadcast two batch shapes like ``jnp.matmul`` does, or raise ValueError."""
+    rank = max(len(x_batch), len(y_batch))
+    x_full = (1,) * (rank - len(x_batch)) + tuple(x_batch)
+    y_full = (1,) * (rank - len(y_batch)) + tuple(y_batch)
+    out = []
+    for x_dim, y_dim in zip(x_full, y_full):
+        if x_dim != y_dim and 1 not in (x_dim, y_dim):
+            raise ValueError(
+                f"jax_tsmm.{name}: batch dimensions of {x_name} {tuple(x_batch)} and "
+                f"{y_name} {tuple(y_batch)} do not broadcast"
+            )
+        out.append(y_dim if x_dim == 1 else x_dim)
+    return tuple(out)
+
+
+def check_shapes(name: str, x_name: str, x_shape, y_name: str, y_shape, *, contracted: str) -> None:
+    """Rank >= 2 for both; the contracted axes agree; the batch shapes broadcast.
+
+    ``contracted`` is "K" for atb (axis -2 of both) and "M" for ab (axis -1 of a
+    against axis -2 of c)."""
+    for arg, shape in ((x_name, x_shape), (y_name, y_shape)):
+        if len(shape) < 2:
+            raise ValueError(
+                f"jax_tsmm.{name}: {arg} must have rank >= 2, got shape {tuple(shape)}"
+            )
+    x_dim = x_shape[-2] if contracted == "K" else x_shape[-1]
+    if x_dim != y_shape[-2]:
+        what = "long dimension K" if contracted == "K" else "inner dimension M"
+        raise ValueError(
+            f"jax_tsmm.{name}: {what} differs: {x_name} has shape {tuple(x_shape)}, "
+            f"{y_name} has shape {tuple(y_shape)}"
+        )
+    broadcast_batch(name, x_name, x_shape[:-2], y_name, y_shape[:-2])
+
+
+# --- helpers for the rules ---------------------------------------------------
+
+
+def _swap_last(x):
+    return jnp.swapaxes(x, -1, -2)
+
+
+def _maybe_conj(x, conj: bool):
+    return jnp.conj(x) if conj else x
+
+
+def _sum_to_batch(x, batch_shape):
+    """Sum a cotangent over the batch axes its primal broadcast along."""
+    axes = tuple(
+        i for i, (have, want) in enumerate(zip(x.shape, batch_shape)) if want == 1 and have != 1
+    )
+    return jnp.sum(x, axis=axes, keepdims=True) if axes else x
+
+
+def _batch_to_front(x, bdim):
+    """Move a vmapped axis to the front; an unmapped operand gets a broadcast 1."""
+    return jnp.expand_dims(x, 0) if bdim is None else jnp.moveaxis(x, bdim, 0)
+
+
+def _accumulation_dtype(dtype):
+    return np.dtype(jnp.float32) if np.dtype(dtype) in HALF_DTYPES else None
+
+
+def _broadcast_batches(x, y):
+    batch = broadcast_batch("dot", "x", x.shape[:-2], "y", y.shape[:-2])
+    return (
+        jnp.broadcast_to(x, batch + x.shape[-2:]),
+        jnp.broadcast_to(y, batch + y.shape[-2:]),
+    )
+
+
+def _batched_dot(x, y, contract_x: int, contract_y: int):
+    """XLA's dot at full precision (no TF32), batched over the leading axes."""
+    batch_axes = tuple(range(x.ndim - 2))
+    out = lax.dot_general(
+        x,
+        y,
+        (((contract_x,), (contract_y,)), (batch_axes, batch_axes)),
+        precision=lax.Precision.HIGHEST,
+        preferred_element_type=_accumulation_dtype(x.dtype),
+    )
+    return out.astype(x.dtype)
+
+
+# --- atb ---------------------------------------------------------------------
+
+
+def _atb_abstract_eval(a, b, *, conj):
+    check_dtypes("atb", "a", a.dtype, "b", b.dtype)
+    check_shapes("atb", "a", a.shape, "b", b.shape, contracted="K")
+    if len(a.shape) != len(b.shape):
+        raise ValueError("tsmm_atb: operands must have equal rank")
+    batch = broadcast_batch("atb", "a", a.shape[:-2], "b", b.shape[:-2])
+    return jax.core.ShapedArray(batch + (a.shape[-1], b.shape[-1]), a.dtype)
+
+
+def atb_xla(a, b, *, conj):
+    """op(a)ᵀ b through XLA's dot: the CPU lowering and the GPU fallback."""
+    a, b = _broadcast_batches(a, b)
+    return _batched_dot(_maybe_conj(a, conj), b, a.ndim - 2, b.ndim - 2)
+
+
+def _atb_batch(args, dims, *, conj):
+    a, b = (_batch_to_front(x, d) for x, d in zip(args, dims))
+    return atb_p.bind(a, b, conj=conj), 0
+
+
+def _atb_transpose_a(ct, a, b, *, conj):
+    # d/da of sum(ct * op(a)ᵀ b) is b ctᵀ, conjugated when op is conj.
+    ct_a = ab_p.bind(b, _swap_last(_maybe_conj(ct, conj)), conj=conj)
+    return _sum_to_batch(ct_a, a.aval.shape[:-2])
+
+
+def _atb_transpose_b(ct, a, b, *, conj):
+    ct_b = ab_p.bind(a, ct, conj=conj)
+    return _sum_to_batch(ct_b, b.aval.shape[:-2])
+
+
+# --- ab ----------------------------------------------------------------------
+
+
+def _ab_abstract_eval(a, c, *, conj):
+    check_dtypes("ab", "a", a.dtype, "c", c.dtype)
+    check_shapes("ab", "a", a.shape, "c", c.shape, contracted="M")
+    if len(a.shape) != len(c.shape):
+        raise ValueError("tsmm_ab: operands must have equal rank")
+    batch = broadcast_batch("ab", "a", a.shape[:-2], "c", c.shape[:-2])
+    return jax.core.ShapedArray(batch + (a.shape[-2], c.shape[-1]), a.dtype)
+
+
+def ab_xla(a, c, *, conj):
+    """op(a) c through XLA's dot: the CPU lowering and the GPU fallback."""
+    a, c = _broadcast_batches(a, c)
+    return _batched_dot(_maybe_conj(a, conj), c, a.ndim - 1, c.ndim - 2)
+
+
+def _ab_batch(args, dims, *, conj):
+    a, c = (_batch_to_front(x, d) for x, d in zip(args, dims))
+    return ab_p.bind(a, c, conj=conj), 0
+
+
+def _ab_transpose_a(ct, a, c, *, conj):
+    ct_a = ab_p.bind(ct, _swap_last(_maybe_conj(c, conj)), conj=conj)
+    return _sum_to_batch(ct_a, a.aval.shape[:-2])
+
+
+def _ab_transpose_c(ct, a, c, *, conj):
+    ct_c = atb_p.bind(a, ct, conj=conj)
+    return _sum_to_batch(ct_c, c.aval.shape[:-2])
+
+
+# --- registration ------------------------------------------------------------
+
+
+def _register(prim, abstract_eval, xla_impl, batch_rule, transpose_lhs, transpose_rhs):
+    prim.def_impl(jax.jit(prim.bind, static_argnames="conj"))
+    prim.def_abstract_eval(abstract_eval)
+    mlir.register_lowering(prim, mlir.lower_fun(xla_impl, multiple_results=False))
+    batching.primitive_batchers[prim] = batch_rule
+    # Bilinear: the JVP binds the primitive on (tangent, other operand).
+    ad.defbilinear(prim, transpose_lhs, transpose_rhs)
+
+
+_register(atb_p, _atb_abstract_eval, atb_xla, _atb_batch, _atb_transpose_a, _atb_transpose_b)
+_register(ab_p, _ab_abstract_eval, ab_xla, _ab_batch, _ab_transpose_a, _ab_transpose_c)
