@@ -1,0 +1,224 @@
+"""Kernel specifications as plain data, and the checks that every spec must pass.
+
+A ``Problem`` says what to compute (the problem type, in Tensile's words); a
+``Config`` says how (the solution parameters). A ``KernelSpec`` pairs them. The
+emitters turn a valid spec into CUDA; ``validate`` rejects a spec before any
+compiler sees it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+from dataclasses import dataclass
+
+OPS = ("atb", "ab")
+
+# dtype name -> (C type of one real component, components per element)
+DTYPES = {
+    "float32": ("float", 1),
+    "float64": ("double", 1),
+    "complex64": ("float", 2),
+    "complex128": ("double", 2),
+}
+
+MAX_THREADS = 1024
+MAX_SHARED_BYTES = 227 * 1024  # Hopper's opt-in limit per block
+MAX_REGISTERS = 255
+VECTOR_BYTES = 16  # every stage is copied with 16-byte cp.async where alignment allows
+
+
+class InvalidSpec(ValueError):
+    """A spec that would not generate correct code; the message says why."""
+
+
+@dataclass(frozen=True)
+class Problem:
+    op: str  # "atb": op(A)ᵀ B, reduced over K;  "ab": op(A) C
+    dtype: str
+    m: int
+    n: int
+    conj: bool = False  # op(A) = conj(A); only meaningful for complex dtypes
+
+    @property
+    def real_type(self) -> str:
+        return DTYPES[self.dtype][0]
+
+    @property
+    def components(self) -> int:
+        return DTYPES[self.dtype][1]
+
+    @property
+    def element_bytes(self) -> int:
+        return (4 if self.real_type == "float" else 8) * self.components
+
+    @property
+    def vector_elements(self) -> int:
+        return VECTOR_BYTES // self.element_bytes
+
+
+@dataclass(frozen=True)
+class Config:
+    """How a kernel computes. Fields and the techniques they select:
+
+    tile_m, tile_n   per-thread register tile (Ernst et al.). atb: tile_m
+                     columns of A × tile_n columns of B. ab: tile_m rows of A
+                     × tile_n columns of C (an outer product per inner index).
+    mapping          "interleaved": a thread's tile takes every (tiles)-th
+                     index, so neighbouring threads read neighbouring shared
+                     words (the transposed mapping); "blocked": contiguous.
+    row_groups       threads that split the rows of a stage (atb), or the
+                     row tiles side by side (ab); the thread-count factor.
+    rows_per_stage   rows of A (and B) staged per pipeline step.
+    stages           shared-memory buffers in flight: stage i+stages-1 is
+                     loaded while stage i is used (leap-frogging).
+    unroll           unroll depth of the row loop.
+    c_source         ab only: where C is read from, "shared" or "global".
+    blocks_per_sm    launch parameter: resident blocks per SM to aim for.
+    """
+
+    tile_m: int = 1
+    tile_n: int = 1
+    mapping: str = "interleaved"
+    row_groups: int = 32
+    rows_per_stage: int = 64
+    stages: int = 3
+    unroll: int = 1
+    c_source: str = "shared"
+    blocks_per_sm: int = 2
+
+
+@dataclass(frozen=True)
+class KernelSpec:
+    problem: Problem
+    config: Config
+
+    # -- derived geometry (used by emitters, validation and the launcher) --
+
+    @property
+    def tiles_m(self) -> int:
+        """atb: tiles along M. ab: threads along N (each holding tile_n columns)."""
+        p, c = self.problem, self.config
+        return _ceil_div(p.m, c.tile_m) if p.op == "atb" else _ceil_div(p.n, c.tile_n)
+
+    @property
+    def tiles_n(self) -> int:
+        p, c = self.problem, self.config
+        return _ceil_div(p.n, c.tile_n) if p.op == "atb" else 1
+
+    @property
+    def threads(self) -> int:
+        return self.tiles_m * self.tiles_n * self.config.row_groups
+
+    @property
+    def rows_per_chunk(self) -> int:
+        """Rows of the long axis one block consumes per pipeline step."""
+        return self.config.rows_per_stage
+
+    def stage_elements(self) -> tuple[int, int]:
+        """Elements of the A window and of the B window in one stage, each padded
+        to whole 16-byte vectors plus one vector for the alignment shift."""
+        p, c = self.problem, self.config
+        vec = p.vector_elements
+        a = _round_up(c.rows_per_stage * p.m, vec) + vec
+        b = _round_up(c.rows_per_stage * p.n, vec) + vec if p.op == "atb" else 0
+        return a, b
+
+    @property
+    def stage_bytes(self) -> int:
+        a, b = self.stage_elements()
+        return (a + b) * self.problem.element_bytes
+
+    @property
+    def c_shared_bytes(self) -> int:
+        p = self.problem
+        if p.op != "ab" or self.config.c_source != "shared":
+            return 0
+        return _round_up(p.m * p.n * p.element_bytes, VECTOR_BYTES)
+
+    @property
+    def reduction_bytes(self) -> int:
+        p = self.problem
+        return self.config.row_groups * p.m * p.n * p.element_bytes if p.op == "atb" else 0
+
+    @property
+    def shared_bytes(self) -> int:
+        """Dynamic shared memory: the stage ring (reused for atb's block-local
+        reduction once the ring is drained) plus ab's copy of C."""
+        ring = self.config.stages * self.stage_bytes
+        return max(ring, self.reduction_bytes) + self.c_shared_bytes
+
+    def estimated_registers(self) -> int:
+        """32-bit registers per thread: accumulators and operand registers of one
+        row step, plus a fixed allowance for addresses, indices and the loader."""
+        p, c = self.problem, self.config
+        words = (2 if p.real_type == "double" else 1) * p.components
+        accumulators = c.tile_m * c.tile_n * words
+        operands = (c.tile_m + c.tile_n) * words
+        return accumulators + operands + 40
+
+    @property
+    def name(self) -> str:
+        """Kernel symbol: readable prefix + hash of everything that shapes the source."""
+        p, c = self.problem, self.config
+        source_fields = dataclasses.asdict(c)
+        del source_fields["blocks_per_sm"]  # a launch parameter, not part of the source
+        digest = hashlib.sha1(repr((p, sorted(source_fields.items()))).encode()).hexdigest()[:10]
+        conj = "c" if p.conj else ""
+        return f"tsmm_{p.op}{conj}_{p.dtype}_m{p.m}_n{p.n}_{digest}"
+
+
+def _ceil_div(x: int, y: int) -> int:
+    return -(-x // y)
+
+
+def _round_up(x: int, y: int) -> int:
+    return _ceil_div(x, y) * y
+
+
+def validate(spec: KernelSpec) -> None:
+    """Raise InvalidSpec unless ``spec`` generates correct code within the hardware limits."""
+    p, c = spec.problem, spec.config
+    errors = []
+    if p.op not in OPS:
+        errors.append(f"op must be one of {OPS}, got {p.op!r}")
+    if p.dtype not in DTYPES:
+        errors.append(f"dtype must be one of {tuple(DTYPES)}, got {p.dtype!r}")
+    if errors:
+        raise InvalidSpec("; ".join(errors))
+    if not (1 <= p.m <= 128 and 1 <= p.n <= 128):
+        errors.append(f"M and N must lie in 1..128, got {p.m}x{p.n}")
+    if p.conj and p.components == 1:
+        errors.append("conj applies to complex dtypes only")
+    if c.mapping not in ("interleaved", "blocked"):
+        errors.append(f"mapping must be 'interleaved' or 'blocked', got {c.mapping!r}")
+    if c.c_source not in ("shared", "global"):
+        errors.append(f"c_source must be 'shared' or 'global', got {c.c_source!r}")
+    inner_m = p.m if p.op == "atb" else c.rows_per_stage
+    if not (1 <= c.tile_m <= inner_m and 1 <= c.tile_n <= p.n):
+        errors.append(f"tile {c.tile_m}x{c.tile_n} does not fit the problem")
+    if c.row_groups < 1 or c.stages < 2 or c.unroll < 1 or c.blocks_per_sm < 1:
+        errors.append("row_groups, unroll and blocks_per_sm must be >= 1 and stages >= 2")
+    rows_per_pass = c.row_groups * (c.tile_m if p.op == "ab" else 1)
+    if c.rows_per_stage < 1 or c.rows_per_stage % rows_per_pass:
+        errors.append(
+            f"rows_per_stage {c.rows_per_stage} must be a positive multiple of {rows_per_pass} "
+            "(the rows one pass of the block's threads covers)"
+        )
+    if c.rows_per_stage % p.vector_elements:
+        errors.append(
+            f"rows_per_stage {c.rows_per_stage} must be a multiple of {p.vector_elements} so "
+            "that every stage starts 16-byte aligned relative to the matrix"
+        )
+    if errors:
+        raise InvalidSpec(f"{spec.name}: " + "; ".join(errors))
+    if spec.threads > MAX_THREADS or spec.threads % 32:
+        errors.append(f"{spec.threads} threads per block: need a multiple of 32, at most {MAX_THREADS}")
+    if spec.shared_bytes > MAX_SHARED_BYTES:
+        errors.append(f"{spec.shared_bytes} bytes of shared memory exceed {MAX_SHARED_BYTES}")
+    if spec.estimated_registers() > MAX_REGISTERS:
+        errors.append(f"about {spec.estimated_registers()} registers per thread exceed {MAX_REGISTERS}")
+    if spec.threads * max(spec.estimated_registers(), 32) > 65536:
+        errors.append("the block needs more registers than one SM has")
+    if errors:
+        raise InvalidSpec(f"{spec.name}: " + "; ".join(errors))
