@@ -1,1 +1,75 @@
+"""The CUDA lowering of both primitives: generated kernels through an XLA FFI call.
 
+Registered for platform "cuda" next to the default lowering; the rules in
+``_primitives`` are untouched. Problems no kernel serves (half precision, empty
+or very wide shapes, a build without CUDA) lower to XLA's dot.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import warnings
+
+import jax
+import numpy as np
+from jax.interpreters import mlir
+
+from jax_tsmm import _dispatch, _kernels
+from jax_tsmm._primitives import ab_p, ab_xla, atb_p, atb_xla
+
+DEFAULT_ARCH = "sm_90"
+
+
+@functools.cache
+def _register_targets() -> bool:
+    ext = _kernels.extension()
+    if ext is None:
+        warnings.warn(
+            "jax_tsmm was built without CUDA (no nvcc at install time): atb and ab use XLA's dot on the GPU",
+            stacklevel=3,
+        )
+        return False
+    for name, capsule in ext.registrations().items():
+        jax.ffi.register_ffi_target(name, capsule, platform="CUDA")
+    return True
+
+
+@functools.cache
+def _arch() -> str:
+    """The local GPU's architecture; sm_90 when lowering without one (e.g. jax.export)."""
+    try:
+        capability = jax.devices("cuda")[0].compute_capability
+    except RuntimeError:
+        return DEFAULT_ARCH
+    return "sm_" + capability.replace(".", "")
+
+
+def _lowering(op: str, target: str, xla_impl):
+    def rule(ctx, x, y, *, conj):
+        x_aval, y_aval = ctx.avals_in
+        out_aval = ctx.avals_out[0]
+        k, m = x_aval.shape[-2:]
+        n = y_aval.shape[-1]
+        batch = out_aval.shape[:-2]
+        spec = None
+        if math.prod(out_aval.shape) > 0:
+            spec = _dispatch.select(op, x_aval.dtype, m, n, k, len(batch), conj)
+        if spec is None or not _register_targets():
+            return mlir.lower_fun(xla_impl, multiple_results=False)(ctx, x, y, conj=conj)
+        call = jax.ffi.ffi_lowering(
+            target,
+            kernel=spec.name,
+            library=_kernels.library_for(spec, _arch()),
+            threads=np.int32(spec.threads),
+            shared_bytes=np.int32(spec.shared_bytes),
+            rows_per_chunk=np.int64(spec.rows_per_chunk),
+            blocks_per_sm=np.int32(spec.config.blocks_per_sm),
+        )
+        return call(ctx, x, y)
+
+    return rule
+
+
+mlir.register_lowering(atb_p, _lowering("atb", "tsmm_atb", atb_xla), platform="cuda")
+mlir.register_lowering(ab_p, _lowering("ab", "tsmm_ab", ab_xla), platform="cuda")

@@ -1,0 +1,400 @@
+"""Kernel spec -> CUDA C++ source.
+
+The emitters write straight-line code with named registers: every loop over a
+thread's tile is unrolled here in Python, so the compiler sees plain scalars
+(never a register array indexed at run time). Each block of generated code
+carries a comment naming the technique it implements.
+"""
+
+from __future__ import annotations
+
+from codegen.abi import PRELUDE
+from codegen.spec import KernelSpec, validate
+
+_STAGE_COPY = r"""
+// One element as an asynchronous copy of its own size (4, 8 or 16 bytes).
+template <typename T>
+__device__ __forceinline__ void tsmm_cp_async_element(T* smem, const T* gmem) {
+  if constexpr (sizeof(T) == 16) tsmm_cp_async_16(smem, gmem);
+  else if constexpr (sizeof(T) == 8) tsmm_cp_async_8(smem, gmem);
+  else tsmm_cp_async_4(smem, gmem);
+}
+
+// Stage `count` consecutive elements from `src` into shared memory. The
+// destination mirrors the 16-byte-aligned window around `src` (element i
+// lands at dst[shift + i]), so whatever the parity of M every whole vector
+// moves as one 16-byte copy and only the ragged ends go element by element.
+template <typename T, int kThreads>
+__device__ __forceinline__ void tsmm_stage_copy(T* dst, const T* src, int shift, int count) {
+  constexpr int kVec = 16 / sizeof(T);
+  const T* window = src - shift;
+  const int vectors = (shift + count + kVec - 1) / kVec;
+  for (int v = threadIdx.x; v < vectors; v += kThreads) {
+    const int first = v * kVec - shift;
+    if (first >= 0 && first + kVec <= count) {
+      tsmm_cp_async_16(dst + v * kVec, window + v * kVec);
+    } else {
+#pragma unroll
+      for (int e = 0; e < kVec; ++e) {
+        if (first + e >= 0 && first + e < count) {
+          tsmm_cp_async_element(dst + v * kVec + e, window + v * kVec + e);
+        }
+      }
+    }
+  }
+}
+
+// Elements a pointer lies past the previous 16-byte boundary.
+template <typename T>
+__device__ __forceinline__ int tsmm_misalignment(const T* p) {
+  return static_cast<int>((reinterpret_cast<unsigned long long>(p) % 16) / sizeof(T));
+}
+"""
+
+
+class _Arith:
+    """Code snippets for the element type: real scalars, or complex as float2/double2
+    (.x real, .y imaginary) with the complex product written out in real FMAs."""
+
+    def __init__(self, spec: KernelSpec):
+        p = spec.problem
+        self.real = p.real_type
+        self.complex = p.components == 2
+        self.elem = f"{self.real}2" if self.complex else self.real
+        self.conj = p.conj
+
+    def zero(self) -> str:
+        return f"make_{self.elem}(0, 0)" if self.complex else "0"
+
+    def add(self, x: str, y: str) -> str:
+        if self.complex:
+            return f"make_{self.elem}({x}.x + {y}.x, {x}.y + {y}.y)"
+        return f"{x} + {y}"
+
+    def fma(self, acc: str, a: str, b: str) -> list[str]:
+        """acc += op(a) * b, op = conj when the problem says so."""
+        if not self.complex:
+            return [f"{acc} = fma({a}, {b}, {acc});"]
+        if self.conj:  # conj(a) * b: the imaginary part of a changes sign
+            return [
+                f"{acc}.x = fma({a}.x, {b}.x, {acc}.x);",
+                f"{acc}.x = fma({a}.y, {b}.y, {acc}.x);",
+                f"{acc}.y = fma({a}.x, {b}.y, {acc}.y);",
+                f"{acc}.y = fma(-{a}.y, {b}.x, {acc}.y);",
+            ]
+        return [
+            f"{acc}.x = fma({a}.x, {b}.x, {acc}.x);",
+            f"{acc}.x = fma(-{a}.y, {b}.y, {acc}.x);",
+            f"{acc}.y = fma({a}.x, {b}.y, {acc}.y);",
+            f"{acc}.y = fma({a}.y, {b}.x, {acc}.y);",
+        ]
+
+
+def _indent(lines: list[str], depth: int) -> str:
+    pad = "  " * depth
+    return "\n".join(pad + line if line else "" for line in lines)
+
+
+def _tile_indices(name: str, owner: str, tile: int, tiles: int, extent: int, mapping: str) -> list[str]:
+    """Declare the `tile` indices a thread owns along one axis of length `extent`.
+
+    Interleaved (transposed) mapping: index owner + i*tiles, so neighbouring
+    threads touch neighbouring shared-memory words (no bank conflicts).
+    Blocked: owner*tile + i. Indices past the end are clamped for reading and
+    masked when storing; that guard appears only when tiles*tile > extent."""
+    lines = []
+    for i in range(tile):
+        index = f"{owner} + {i * tiles}" if mapping == "interleaved" else f"{owner} * {tile} + {i}"
+        if tiles * tile > extent:
+            lines.append(f"const int {name}{i} = min({index}, {extent - 1});")
+            lines.append(f"const bool {name}{i}_valid = {index} < {extent};")
+        else:
+            lines.append(f"const int {name}{i} = {index};")
+    return lines
+
+
+def _valid(name: str, i: int, tiles: int, tile: int, extent: int) -> str | None:
+    return f"{name}{i}_valid" if tiles * tile > extent else None
+
+
+def _block_prologue(spec: KernelSpec, arith: _Arith, b_name: str) -> list[str]:
+    p = spec.problem
+    e = arith.elem
+    return [
+        "// Work split: blockIdx.x = batch item * grid_k + the block's first chunk of K.",
+        "const long long item = blockIdx.x / args.grid_k;",
+        "const long long first_chunk = blockIdx.x % args.grid_k;",
+        f"const {e}* __restrict__ a = static_cast<const {e}*>(args.a) + tsmm_batch_offset(args, item, args.a_batch_stride);",
+        f"const {e}* __restrict__ {b_name} = static_cast<const {e}*>(args.b) + tsmm_batch_offset(args, item, args.b_batch_stride);",
+        f"const long long num_chunks = (args.k + {spec.rows_per_chunk} - 1) / {spec.rows_per_chunk};",
+        "const long long my_chunks = first_chunk < num_chunks ? (num_chunks - first_chunk + args.grid_k - 1) / args.grid_k : 0;",
+        "const int tid = threadIdx.x;",
+        "extern __shared__ __align__(16) unsigned char tsmm_smem[];",
+        "",
+        "// Every stage starts a whole number of 16-byte vectors into the matrix, so one",
+        "// misalignment per operand, taken from the batch item's base, serves all stages.",
+        f"const int a_shift = tsmm_misalignment(a);",
+    ] + ([f"const int b_shift = tsmm_misalignment(b);"] if p.op == "atb" else [])
+
+
+def _pipeline(spec: KernelSpec, issue: list[str], consume: list[str]) -> list[str]:
+    """The multi-stage cp.async ring shared by both ops (leap-frogging).
+
+    `issue` copies chunk `chunk` (rows row0 .. row0+rows) into ring slot `slot`;
+    `consume` computes on slot `slot` (row0 and rows given). The loads of stages-1 later chunks stay
+    in flight while one chunk is consumed, hiding DRAM latency."""
+    c = spec.config
+    s = c.stages
+    r = spec.rows_per_chunk
+    issue_fn = [
+        f"auto issue = [&](long long step) {{",
+        "  if (step < my_chunks) {",
+        "    const long long chunk = first_chunk + step * args.grid_k;",
+        f"    const long long row0 = chunk * {r};",
+        f"    const int rows = static_cast<int>(min(static_cast<long long>({r}), args.k - row0));",
+        f"    const int slot = static_cast<int>(step % {s});",
+        *["    " + line for line in issue],
+        "  }",
+        "  // Commit even an empty group so wait_group counts stay uniform at the tail.",
+        "  tsmm_cp_async_commit();",
+        "};",
+    ]
+    return issue_fn + [
+        "",
+        f"// Prologue: put the first {s - 1} chunks in flight.",
+        f"for (int step = 0; step < {s - 1}; ++step) issue(step);",
+        "",
+        "for (long long step = 0; step < my_chunks; ++step) {",
+        f"  // Chunk `step` has landed once at most {s - 2} newer groups are pending;",
+        "  // the barrier also tells us every thread is done with the slot refilled next.",
+        f"  tsmm_cp_async_wait<{s - 2}>();",
+        "  __syncthreads();",
+        f"  issue(step + {s - 1});",
+        "  const long long chunk = first_chunk + step * args.grid_k;",
+        f"  const long long row0 = chunk * {r};",
+        f"  const int rows = static_cast<int>(min(static_cast<long long>({r}), args.k - row0));",
+        f"  const int slot = static_cast<int>(step % {s});",
+        *["  " + line for line in consume],
+        "}",
+        "tsmm_cp_async_wait<0>();",
+        "__syncthreads();",
+    ]
+
+
+def _emit_atb(spec: KernelSpec) -> str:
+    p, c = spec.problem, spec.config
+    ar = _Arith(spec)
+    e = ar.elem
+    tm, tn = c.tile_m, c.tile_n
+    tiles_m, tiles_n = spec.tiles_m, spec.tiles_n
+    tiles = tiles_m * tiles_n
+    a_elems, b_elems = spec.stage_elements()
+    mn = p.m * p.n
+    rg = c.row_groups
+
+    body = _block_prologue(spec, ar, "b")
+    body += [
+        "",
+        f"// Thread place: register tile ({tm}x{tn}) `tile` of the M x N result, rows `row_group` mod {rg}.",
+        f"const int tile = tid % {tiles};",
+        f"const int row_group = tid / {tiles};",
+        f"const int tile_m = tile % {tiles_m};",
+        f"const int tile_n = tile / {tiles_m};",
+        *_tile_indices("col_a", "tile_m", tm, tiles_m, p.m, c.mapping),
+        *_tile_indices("col_b", "tile_n", tn, tiles_n, p.n, c.mapping),
+        "",
+        "// Register tile of partial sums over this thread's rows.",
+        *[f"{e} acc_{i}_{j} = {ar.zero()};" for i in range(tm) for j in range(tn)],
+        "",
+        f"auto slot_a = [&](int slot) {{ return reinterpret_cast<{e}*>(tsmm_smem + slot * {spec.stage_bytes}); }};",
+        f"auto slot_b = [&](int slot) {{ return reinterpret_cast<{e}*>(tsmm_smem + slot * {spec.stage_bytes} + {a_elems * p.element_bytes}); }};",
+        "",
+        "// One row: the outer product of op(A)'s and B's slices, straight from shared memory.",
+        f"auto row_step = [&](const {e}* sa, const {e}* sb, int r) {{",
+        *[f"  const {e} a{i} = sa[r * {p.m} + col_a{i}];" for i in range(tm)],
+        *[f"  const {e} b{j} = sb[r * {p.n} + col_b{j}];" for j in range(tn)],
+        *["  " + line for i in range(tm) for j in range(tn) for line in ar.fma(f"acc_{i}_{j}", f"a{i}", f"b{j}")],
+        "};",
+        "",
+    ]
+    issue = [
+        f"tsmm_stage_copy<{e}, {spec.threads}>(slot_a(slot), a + row0 * {p.m}, a_shift, rows * {p.m});",
+        f"tsmm_stage_copy<{e}, {spec.threads}>(slot_b(slot), b + row0 * {p.n}, b_shift, rows * {p.n});",
+    ]
+    full_steps = spec.rows_per_chunk // rg
+    consume = [
+        "(void)row0;  // atb reduces over rows; their position does not matter",
+        f"const {e}* sa = slot_a(slot) + a_shift;",
+        f"const {e}* sb = slot_b(slot) + b_shift;",
+        f"if (rows == {spec.rows_per_chunk}) {{",
+        f"  // Full chunk: a compile-time trip count of {full_steps}.",
+        f"#pragma unroll {c.unroll}",
+        f"  for (int i = 0; i < {full_steps}; ++i) row_step(sa, sb, row_group + i * {rg});",
+        "} else {",
+        f"  for (int r = row_group; r < rows; r += {rg}) row_step(sa, sb, r);",
+        "}",
+    ]
+    body += _pipeline(spec, issue, consume)
+
+    def each_output(action: str) -> list[str]:
+        """`action` for every element of the register tile, guarded where the tile overhangs."""
+        lines = []
+        for i in range(tm):
+            for j in range(tn):
+                guards = [g for g in (_valid("col_a", i, tiles_m, tm, p.m), _valid("col_b", j, tiles_n, tn, p.n)) if g]
+                line = action.format(i=i, j=j)
+                lines.append(f"if ({' && '.join(guards)}) {line}" if guards else line)
+        return lines
+
+    body += [
+        "",
+        f"// Block-local reduction: row groups 1..{rg - 1} leave their tiles in shared memory",
+        "// (the drained ring); row group 0 adds them in a fixed order, so results are",
+        "// bitwise reproducible, and writes one partial per block, laid out",
+        "// [item][first_chunk] (with grid_k == 1, straight into out).",
+        f"{e}* reduce = reinterpret_cast<{e}*>(tsmm_smem);",
+        f"{e}* partial = static_cast<{e}*>(args.partials) + static_cast<long long>(blockIdx.x) * {mn};",
+    ]
+    if rg > 1:
+        body += [
+            "if (row_group > 0) {",
+            *["  " + line for line in each_output(f"reduce[(row_group - 1) * {mn} + col_a{{i}} * {p.n} + col_b{{j}}] = acc_{{i}}_{{j}};")],
+            "}",
+            "__syncthreads();",
+        ]
+    body += [
+        "if (row_group == 0) {",
+    ]
+    if rg > 1:
+        add = ar.add(f"acc_{{i}}_{{j}}", f"reduce[(g - 1) * {mn} + col_a{{i}} * {p.n} + col_b{{j}}]")
+        body += [
+            f"  for (int g = 1; g < {rg}; ++g) {{",
+            *["    " + f"acc_{i}_{j} = " + add.format(i=i, j=j) + ";" for i in range(tm) for j in range(tn)],
+            "  }",
+        ]
+    body += [
+        *["  " + line for line in each_output(f"partial[col_a{{i}} * {p.n} + col_b{{j}}] = acc_{{i}}_{{j}};")],
+        "}",
+    ]
+
+    finalize = [
+        "// Second stage of the deterministic reduction: each batch item's grid_k",
+        "// partials are added in chunk order, one thread per output element.",
+        "const long long idx = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x;",
+        f"if (idx >= args.batch * {mn}) return;",
+        f"const long long item = idx / {mn};",
+        f"const {e}* partial = static_cast<const {e}*>(args.partials) + item * args.grid_k * {mn} + idx % {mn};",
+        f"{e} sum = partial[0];",
+        f"for (long long g = 1; g < args.grid_k; ++g) sum = {ar.add('sum', f'partial[g * {mn}]')};",
+        f"static_cast<{e}*>(args.out)[idx] = sum;",
+    ]
+    return _kernels(spec, [(spec.name, spec.threads, body), (spec.name + "_finalize", None, finalize)])
+
+
+def _emit_ab(spec: KernelSpec) -> str:
+    p, c = spec.problem, spec.config
+    ar = _Arith(spec)
+    e = ar.elem
+    tm, tn = c.tile_m, c.tile_n  # rows of A x columns of C per thread
+    lanes = spec.tiles_m  # threads side by side along N
+    rg = c.row_groups
+    rows_per_pass = rg * tm
+    passes = spec.rows_per_chunk // rows_per_pass
+    c_bytes = spec.c_shared_bytes
+
+    body = _block_prologue(spec, ar, "c")
+    body += [
+        f"{e}* __restrict__ out = static_cast<{e}*>(args.out) + item * args.k * {p.n};",
+        "",
+        f"// Thread place: columns `lane` of N ({tn} per thread), rows `row_group` of each pass",
+        f"// ({tm} per thread, {rows_per_pass} per pass of the block): a {tm}x{tn} register tile.",
+        f"const int lane = tid % {lanes};",
+        f"const int row_group = tid / {lanes};",
+        *_tile_indices("col", "lane", tn, lanes, p.n, c.mapping),
+        *[
+            f"const int row{i} = {f'row_group + {i * rg}' if c.mapping == 'interleaved' else f'row_group * {tm} + {i}'};"
+            for i in range(tm)
+        ],
+        "",
+        f"auto slot_a = [&](int slot) {{ return reinterpret_cast<{e}*>(tsmm_smem + {c_bytes} + slot * {spec.stage_bytes}); }};",
+    ]
+    if c.c_source == "shared":
+        body += [
+            "// C is small: every block keeps a copy in shared memory, read as broadcasts.",
+            f"{e}* sc = reinterpret_cast<{e}*>(tsmm_smem);",
+            f"for (int idx = tid; idx < {p.m * p.n}; idx += {spec.threads}) sc[idx] = c[idx];",
+            "__syncthreads();",
+        ]
+        c_read = "sc[m * {n} + col{j}]"
+    else:
+        body += ["// C is read through the read-only cache; it stays resident in L1."]
+        c_read = "__ldg(&c[m * {n} + col{j}])"
+
+    def tile_pass(guard_rows: bool) -> list[str]:
+        lines = [f"{e} acc_{i}_{j} = {ar.zero()};" for i in range(tm) for j in range(tn)]
+        lines += [
+            "// Outer products over the inner index m: per m, the thread's A values and C values",
+            f"// feed {tm * tn} FMAs.",
+            f"#pragma unroll {c.unroll}",
+            f"for (int m = 0; m < {p.m}; ++m) {{",
+            *[f"  const {e} a{i} = sa[(base + row{i}) * {p.m} + m];" for i in range(tm)],
+            *[f"  const {e} c{j} = {c_read.format(n=p.n, j=j)};" for j in range(tn)],
+            *["  " + line for i in range(tm) for j in range(tn) for line in ar.fma(f"acc_{i}_{j}", f"a{i}", f"c{j}")],
+            "}",
+        ]
+        for i in range(tm):
+            for j in range(tn):
+                guards = [g for g in (f"base + row{i} < rows" if guard_rows else None,
+                                      _valid("col", j, lanes, tn, p.n)) if g]
+                line = f"out[(row0 + base + row{i}) * {p.n} + col{j}] = acc_{i}_{j};"
+                lines.append(f"if ({' && '.join(guards)}) {line}" if guards else line)
+        return lines
+
+    issue = [f"tsmm_stage_copy<{e}, {spec.threads}>(slot_a(slot), a + row0 * {p.m}, a_shift, rows * {p.m});"]
+    consume = [
+        f"const {e}* sa = slot_a(slot) + a_shift;",
+        f"if (rows == {spec.rows_per_chunk}) {{",
+        f"  // Full chunk: {passes} passes of the block's row tiles.",
+        f"  for (int pass = 0; pass < {passes}; ++pass) {{",
+        f"    const int base = pass * {rows_per_pass};",
+        *["    " + line for line in tile_pass(False)],
+        "  }",
+        "} else {",
+        "  // Last, partial chunk: rows past the end are computed on stale shared data and not stored.",
+        f"  for (int base = 0; base < rows; base += {rows_per_pass}) {{",
+        *["    " + line for line in tile_pass(True)],
+        "  }",
+        "}",
+    ]
+    body += [""] + _pipeline(spec, issue, consume)
+    return _kernels(spec, [(spec.name, spec.threads, body)])
+
+
+def _kernels(spec: KernelSpec, kernels: list[tuple[str, int | None, list[str]]]) -> str:
+    p, c = spec.problem, spec.config
+    parts = [
+        f"// {spec.name}: {p.op} {p.dtype} M={p.m} N={p.n} conj={p.conj}",
+        f"// {c}",
+        f"// threads={spec.threads} shared_bytes={spec.shared_bytes} rows_per_chunk={spec.rows_per_chunk}",
+    ]
+    for name, threads, body in kernels:
+        bounds = f"__launch_bounds__({threads}) " if threads else ""
+        parts += [
+            f'extern "C" __global__ void {bounds}{name}(const TsmmArgs args) {{',
+            _indent(body, 1),
+            "}",
+            "",
+        ]
+    return "\n".join(parts)
+
+
+def kernel_source(spec: KernelSpec) -> str:
+    """The kernels of ``spec`` without the shared prelude; raises InvalidSpec for a bad spec."""
+    validate(spec)
+    return _emit_atb(spec) if spec.problem.op == "atb" else _emit_ab(spec)
+
+
+def module_source(specs: list[KernelSpec]) -> str:
+    """A self-contained translation unit (no includes) holding the kernels of ``specs``."""
+    return "\n".join(["// Generated by jax_tsmm's codegen; do not edit.", PRELUDE, _STAGE_COPY]
+                     + [kernel_source(spec) for spec in specs])

@@ -1,0 +1,97 @@
+"""Where a kernel comes from: the prebuilt set inside the extension, or a module
+generated for the spec, compiled with nvcc and cached on disk.
+
+The cache key is the source, the GPU architecture and the compiler's version,
+so a second process finds the cubin and compiles nothing.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import os
+import pathlib
+import shutil
+import subprocess
+import tempfile
+
+from jax_tsmm.codegen import KernelSpec, module_source
+
+
+class KernelBuildError(RuntimeError):
+    """A generated kernel failed to compile; the message holds the compiler's log."""
+
+
+@functools.cache
+def extension():
+    """The compiled extension module, or None where the package was built without CUDA."""
+    try:
+        from jax_tsmm import _tsmm_cuda
+    except ImportError:
+        return None
+    return _tsmm_cuda
+
+
+@functools.cache
+def prebuilt_names() -> frozenset[str]:
+    ext = extension()
+    return frozenset(ext.prebuilt_kernels()) if ext else frozenset()
+
+
+def cache_dir() -> pathlib.Path:
+    root = os.environ.get("JAX_TSMM_CACHE_DIR") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "jax_tsmm"
+    )
+    return pathlib.Path(root)
+
+
+@functools.cache
+def nvcc() -> str:
+    candidates = [os.environ.get("JAX_TSMM_NVCC"), shutil.which("nvcc")]
+    for home in (os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda"):
+        if home:
+            candidates.append(os.path.join(home, "bin", "nvcc"))
+    for path in candidates:
+        if path and os.access(path, os.X_OK):
+            return path
+    raise KernelBuildError(
+        "jax_tsmm needs nvcc to compile kernels for shapes outside its prebuilt set; "
+        "put it on PATH or set JAX_TSMM_NVCC"
+    )
+
+
+@functools.cache
+def compiler_version() -> str:
+    return subprocess.run([nvcc(), "--version"], capture_output=True, text=True, check=True).stdout
+
+
+def library_for(spec: KernelSpec, arch: str) -> str:
+    """Path of a cubin holding ``spec``'s kernels for ``arch`` (e.g. "sm_90"), or ""
+    when the extension has them built in."""
+    if spec.name in prebuilt_names():
+        return ""
+    return str(compile_module([spec], arch))
+
+
+def compile_module(specs: list[KernelSpec], arch: str) -> pathlib.Path:
+    """Generate and compile ``specs`` into one cubin, through the on-disk cache."""
+    source = module_source(specs)
+    key = hashlib.sha256("\0".join((source, arch, compiler_version())).encode()).hexdigest()[:24]
+    target = cache_dir() / f"{specs[0].name}_{arch}_{key}.cubin"
+    if target.exists():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    names = ", ".join(spec.name for spec in specs)
+    with tempfile.TemporaryDirectory(dir=target.parent) as work:
+        src = pathlib.Path(work) / "kernels.cu"
+        src.write_text(source)
+        out = pathlib.Path(work) / "kernels.cubin"
+        command = [nvcc(), "-cubin", f"-arch={arch}", "-O3", "-o", str(out), str(src)]
+        result = subprocess.run(command, capture_output=True, text=True)
+        if result.returncode != 0:
+            raise KernelBuildError(
+                f"jax_tsmm: compiling kernel {names} for {arch} failed "
+                f"({' '.join(command)}):\n{result.stderr}{result.stdout}"
+            )
+        os.replace(out, target)  # atomic: concurrent processes never see half a file
+    return target
