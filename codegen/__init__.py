@@ -1,9 +1,9 @@
 """Generator of jax_tsmm's CUDA kernels: plain-data specs in, CUDA C++ out (no JAX here)."""
 
-from codegen.abi import header
-from codegen.emit import kernel_source, module_source
-from codegen.model import default_config
-from codegen.spec import Config, InvalidSpec, KernelSpec, Problem, validate
+from .abi import header
+from .emit import kernel_source, module_source
+from .model import default_config
+from .spec import Config, InvalidSpec, KernelSpec, Problem, validate
 
 __all__ = [
     "Config",

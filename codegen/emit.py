@@ -8,8 +8,8 @@ carries a comment naming the technique it implements.
 
 from __future__ import annotations
 
-from codegen.abi import PRELUDE
-from codegen.spec import KernelSpec, validate
+from .abi import PRELUDE
+from .spec import KernelSpec, validate
 
 _STAGE_COPY = r"""
 // One element as an asynchronous copy of its own size (4, 8 or 16 bytes).
@@ -252,11 +252,11 @@ def _emit_atb(spec: KernelSpec) -> str:
         "// (the drained ring); row group 0 adds them in a fixed order, so results are",
         "// bitwise reproducible, and writes one partial per block, laid out",
         "// [item][first_chunk] (with grid_k == 1, straight into out).",
-        f"{e}* reduce = reinterpret_cast<{e}*>(tsmm_smem);",
         f"{e}* partial = static_cast<{e}*>(args.partials) + static_cast<long long>(blockIdx.x) * {mn};",
     ]
     if rg > 1:
         body += [
+            f"{e}* reduce = reinterpret_cast<{e}*>(tsmm_smem);",
             "if (row_group > 0) {",
             *["  " + line for line in each_output(f"reduce[(row_group - 1) * {mn} + col_a{{i}} * {p.n} + col_b{{j}}] = acc_{{i}}_{{j}};")],
             "}",
@@ -312,7 +312,7 @@ def _emit_ab(spec: KernelSpec) -> str:
         f"const int row_group = tid / {lanes};",
         *_tile_indices("col", "lane", tn, lanes, p.n, c.mapping),
         *[
-            f"const int row{i} = {f'row_group + {i * rg}' if c.mapping == 'interleaved' else f'row_group * {tm} + {i}'};"
+            f"const int tile_row{i} = {f'row_group + {i * rg}' if c.mapping == 'interleaved' else f'row_group * {tm} + {i}'};"
             for i in range(tm)
         ],
         "",
@@ -337,16 +337,16 @@ def _emit_ab(spec: KernelSpec) -> str:
             f"// feed {tm * tn} FMAs.",
             f"#pragma unroll {c.unroll}",
             f"for (int m = 0; m < {p.m}; ++m) {{",
-            *[f"  const {e} a{i} = sa[(base + row{i}) * {p.m} + m];" for i in range(tm)],
+            *[f"  const {e} a{i} = sa[(base + tile_row{i}) * {p.m} + m];" for i in range(tm)],
             *[f"  const {e} c{j} = {c_read.format(n=p.n, j=j)};" for j in range(tn)],
             *["  " + line for i in range(tm) for j in range(tn) for line in ar.fma(f"acc_{i}_{j}", f"a{i}", f"c{j}")],
             "}",
         ]
         for i in range(tm):
             for j in range(tn):
-                guards = [g for g in (f"base + row{i} < rows" if guard_rows else None,
+                guards = [g for g in (f"base + tile_row{i} < rows" if guard_rows else None,
                                       _valid("col", j, lanes, tn, p.n)) if g]
-                line = f"out[(row0 + base + row{i}) * {p.n} + col{j}] = acc_{i}_{j};"
+                line = f"out[(row0 + base + tile_row{i}) * {p.n} + col{j}] = acc_{i}_{j};"
                 lines.append(f"if ({' && '.join(guards)}) {line}" if guards else line)
         return lines
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from codegen.spec import Config, InvalidSpec, KernelSpec, Problem, validate
+from .spec import Config, InvalidSpec, KernelSpec, Problem, validate
 
 TARGET_THREADS = 256
 STAGE_BYTES = 16 * 1024  # ~3 stages x 2 blocks in flight per SM covers Hopper's latency

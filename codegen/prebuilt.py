@@ -13,10 +13,10 @@ from __future__ import annotations
 import argparse
 import pathlib
 
-from codegen.abi import header
-from codegen.emit import module_source
-from codegen.model import default_config
-from codegen.spec import KernelSpec, Problem
+from .abi import header
+from .emit import module_source
+from .model import default_config
+from .spec import KernelSpec, Problem
 
 SHARDS = 8
 

@@ -1,0 +1,120 @@
+"""The generator, without a GPU: every spec is valid or rejected, and a sample
+covering each op, dtype and configuration option compiles warning-free with nvcc
+for sm_90."""
+
+from __future__ import annotations
+
+import dataclasses
+import shutil
+import subprocess
+
+import pytest
+
+from jax_tsmm.codegen import Config, InvalidSpec, KernelSpec, Problem, default_config, module_source, validate
+from jax_tsmm.codegen.prebuilt import prebuilt_specs
+
+DTYPES = ("float32", "float64", "complex64", "complex128")
+
+
+def _problems():
+    for op in ("atb", "ab"):
+        for dtype in DTYPES:
+            for m, n in ((1, 1), (3, 7), (8, 8), (13, 48), (64, 64)):
+                yield Problem(op, dtype, m, n, conj=dtype.startswith("complex") and m % 2 == 1)
+
+
+def _sample_specs() -> list[KernelSpec]:
+    """Model defaults for odd and even shapes, plus variants that switch on every option."""
+    specs = [KernelSpec(p, default_config(p)) for p in _problems()]
+    variants = [
+        (Problem("atb", "float64", 5, 3), Config(tile_m=2, tile_n=2, mapping="blocked", row_groups=32, rows_per_stage=64, stages=2, unroll=1)),
+        (Problem("atb", "complex64", 7, 9, conj=True), Config(tile_m=4, tile_n=3, row_groups=16, rows_per_stage=32, stages=4, unroll=2)),
+        (Problem("atb", "float32", 33, 17), Config(tile_m=8, tile_n=5, mapping="blocked", row_groups=8, rows_per_stage=64, stages=3, unroll=8)),
+        (Problem("ab", "float64", 5, 11), Config(tile_m=2, tile_n=4, mapping="blocked", row_groups=16, rows_per_stage=64, stages=2, c_source="global")),
+        (Problem("ab", "complex128", 9, 6, conj=True), Config(tile_m=1, tile_n=2, row_groups=32, rows_per_stage=64, stages=4, unroll=3)),
+        (Problem("ab", "float32", 64, 1), Config(tile_m=4, tile_n=1, row_groups=64, rows_per_stage=256, stages=3, c_source="global")),
+    ]
+    return specs + [KernelSpec(p, c) for p, c in variants]
+
+
+def test_every_width_gets_a_valid_default_or_a_reason():
+    """All (M, N) up to 128: the model's choice validates, or the spec is rejected with
+    InvalidSpec (dispatch then uses XLA's dot); only very wide complex128 atb is rejected."""
+    rejected = []
+    for op in ("atb", "ab"):
+        for dtype in DTYPES:
+            for m in range(1, 129, 3):
+                for n in range(1, 129, 5):
+                    problem = Problem(op, dtype, m, n)
+                    try:
+                        validate(KernelSpec(problem, default_config(problem)))
+                    except InvalidSpec:
+                        rejected.append(problem)
+    assert all(p.op == "atb" and p.dtype == "complex128" and p.m * p.n > 4096 for p in rejected)
+    assert all(
+        Problem("atb", "complex128", m, n) not in rejected for m in range(1, 65) for n in range(1, 65) if m * n <= 4096
+    )
+
+
+@pytest.mark.parametrize(
+    "change, reason",
+    [
+        (dict(tile_m=9), "tile"),
+        (dict(rows_per_stage=63), "multiple"),
+        (dict(row_groups=2048), "threads"),
+        (dict(stages=1), "stages"),
+        (dict(mapping="diagonal"), "mapping"),
+        (dict(c_source="texture"), "c_source"),
+        (dict(rows_per_stage=32768, row_groups=32), "shared memory"),
+    ],
+)
+def test_invalid_specs_are_rejected_with_a_reason(change, reason):
+    base = Config(tile_m=8, tile_n=8, row_groups=4, rows_per_stage=64, stages=3)
+    spec = KernelSpec(Problem("atb", "float64", 8, 8), dataclasses.replace(base, **change))
+    with pytest.raises(InvalidSpec, match=reason):
+        validate(spec)
+
+
+def test_bad_problems_are_rejected():
+    for problem in (Problem("atc", "float64", 4, 4), Problem("atb", "int32", 4, 4),
+                    Problem("atb", "float64", 0, 4), Problem("atb", "float64", 4, 4, conj=True)):
+        with pytest.raises(InvalidSpec):
+            validate(KernelSpec(problem, Config()))
+
+
+def test_names_identify_the_source():
+    p = Problem("atb", "float64", 5, 5)
+    c = default_config(p)
+    same_source = dataclasses.replace(c, blocks_per_sm=c.blocks_per_sm + 1)
+    other_source = dataclasses.replace(c, unroll=c.unroll + 1)
+    assert KernelSpec(p, c).name == KernelSpec(p, same_source).name
+    assert KernelSpec(p, c).name != KernelSpec(p, other_source).name
+
+
+def _nvcc_compile(specs, tmp_path):
+    source = tmp_path / "sample.cu"
+    source.write_text(module_source(specs))
+    command = ["nvcc", "-cubin", "-arch=sm_90", "-O3", "-Werror", "all-warnings",
+               "-o", str(tmp_path / "sample.cubin"), str(source)]
+    result = subprocess.run(command, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    return result
+
+
+@pytest.mark.nvcc
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
+def test_sample_compiles_for_sm90_without_warnings(tmp_path):
+    specs = _sample_specs()
+    options = {(s.config.mapping, s.config.c_source, s.config.stages, s.problem.op) for s in specs}
+    assert {"interleaved", "blocked"} <= {o[0] for o in options}
+    assert {"shared", "global"} <= {o[1] for s in specs if s.problem.op == "ab" for o in [(s.config.mapping, s.config.c_source)]}
+    assert {2, 3, 4} <= {o[2] for o in options}
+    _nvcc_compile(specs, tmp_path)
+
+
+@pytest.mark.nvcc
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
+def test_prebuilt_set_is_distinct_and_compiles(tmp_path):
+    specs = prebuilt_specs()
+    assert len({s.name for s in specs}) == len(specs)
+    _nvcc_compile(specs[::5], tmp_path)
