@@ -22,7 +22,7 @@ DEFAULT_ARCH = "sm_90"
 
 
 @functools.cache
-def _register_targets() -> bool:
+def register_targets() -> bool:
     ext = _kernels.extension()
     if ext is None:
         warnings.warn(
@@ -36,7 +36,7 @@ def _register_targets() -> bool:
 
 
 @functools.cache
-def _arch() -> str:
+def arch() -> str:
     """The local GPU's architecture; sm_90 when lowering without one (e.g. jax.export)."""
     try:
         capability = jax.devices("cuda")[0].compute_capability
@@ -54,13 +54,13 @@ def _lowering(op: str, target: str, xla_impl):
         batch = out_aval.shape[:-2]
         spec = None
         if math.prod(out_aval.shape) > 0:
-            spec = _dispatch.select(op, x_aval.dtype, m, n, k, len(batch), conj)
-        if spec is None or not _register_targets():
+            spec = _dispatch.select(op, x_aval.dtype, m, n, k, len(batch), conj, arch())
+        if spec is None or not register_targets():
             return mlir.lower_fun(xla_impl, multiple_results=False)(ctx, x, y, conj=conj)
         call = jax.ffi.ffi_lowering(
             target,
             kernel=spec.name,
-            library=_kernels.library_for(spec, _arch()),
+            library=_kernels.library_for(spec, arch()),
             threads=np.int32(spec.threads),
             shared_bytes=np.int32(spec.shared_bytes),
             rows_per_chunk=np.int64(spec.rows_per_chunk),

@@ -14,6 +14,7 @@ import pathlib
 import shutil
 import subprocess
 import tempfile
+from concurrent.futures import ThreadPoolExecutor
 
 from jax_tsmm.codegen import KernelSpec, module_source
 
@@ -95,3 +96,10 @@ def compile_module(specs: list[KernelSpec], arch: str) -> pathlib.Path:
             )
         os.replace(out, target)  # atomic: concurrent processes never see half a file
     return target
+
+
+def precompile(specs: list[KernelSpec], arch: str) -> None:
+    """Compile the specs' modules in parallel (one nvcc per core), warming the cache."""
+    missing = [s for s in dict.fromkeys(specs) if s.name not in prebuilt_names()]
+    with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
+        list(pool.map(lambda spec: compile_module([spec], arch), missing))

@@ -101,7 +101,6 @@ def _nvcc_compile(specs, tmp_path):
     return result
 
 
-@pytest.mark.nvcc
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
 def test_sample_compiles_for_sm90_without_warnings(tmp_path):
     specs = _sample_specs()
@@ -112,7 +111,6 @@ def test_sample_compiles_for_sm90_without_warnings(tmp_path):
     _nvcc_compile(specs, tmp_path)
 
 
-@pytest.mark.nvcc
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
 def test_prebuilt_set_is_distinct_and_compiles(tmp_path):
     specs = prebuilt_specs()

@@ -1,0 +1,85 @@
+"""The tuner's search space: candidate configurations for a problem, pruned by
+hard limits and ranked by a simple model before anything is benchmarked (ASTRA's
+pruning by hardware limits, occupancy and register reuse)."""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+from .model import _split, default_config
+from .spec import Config, InvalidSpec, KernelSpec, Problem, validate
+
+SM_REGISTERS = 65536
+SM_SHARED_BYTES = 228 * 1024
+SM_THREADS = 2048
+STAGE_BYTES = (8 * 1024, 16 * 1024, 32 * 1024)
+
+
+def _tile_widths(extent: int) -> list[int]:
+    return sorted({_split(extent, widest) for widest in range(1, 9)})
+
+
+def _occupancy_ok(spec: KernelSpec) -> bool:
+    blocks = spec.config.blocks_per_sm
+    registers = max(spec.estimated_registers(), 32)
+    return (blocks * spec.threads <= SM_THREADS
+            and blocks * spec.threads * registers <= SM_REGISTERS
+            and blocks * spec.shared_bytes <= SM_SHARED_BYTES)
+
+
+def score(spec: KernelSpec) -> float:
+    """Higher is better: register reuse (FMAs per shared load), bytes in flight
+    per SM, and little work wasted on tile overhang."""
+    p, c = spec.problem, spec.config
+    reuse = c.tile_m * c.tile_n / (c.tile_m + c.tile_n)
+    in_flight = c.blocks_per_sm * (c.stages - 1) * spec.stage_bytes
+    latency = min(1.0, in_flight / (48 * 1024))
+    if p.op == "atb":
+        useful = p.m * p.n / (spec.tiles_m * c.tile_m * spec.tiles_n * c.tile_n)
+    else:
+        useful = p.n / (spec.tiles_m * c.tile_n)
+    warps = c.blocks_per_sm * spec.threads / 32
+    return reuse * latency * useful * min(1.0, warps / 16)
+
+
+def candidates(problem: Problem, limit: int = 16) -> list[Config]:
+    """Up to ``limit`` valid configurations, best-scored first, the model's default among them."""
+    found = {}
+    inner = _tile_widths(problem.m) if problem.op == "atb" else [1, 2, 4, 8]
+    for tile_m, tile_n, row_groups, stage_bytes, stages, mapping, unroll, blocks in itertools.product(
+        inner, _tile_widths(problem.n), (1, 2, 4, 8, 16, 32, 64, 128, 256),
+        STAGE_BYTES, (2, 3, 4), ("interleaved", "blocked"), (1, 2, 4), (1, 2, 3, 4),
+    ):
+        per_pass = row_groups * (tile_m if problem.op == "ab" else 1)
+        row_bytes = (problem.m + (problem.n if problem.op == "atb" else 0)) * problem.element_bytes
+        granule = math.lcm(per_pass, problem.vector_elements)
+        rows = max(granule, stage_bytes // row_bytes // granule * granule)
+        c_bytes = problem.m * problem.n * problem.element_bytes
+        config = Config(tile_m=tile_m, tile_n=tile_n, mapping=mapping, row_groups=row_groups,
+                        rows_per_stage=rows, stages=stages, unroll=unroll,
+                        c_source="shared" if c_bytes <= 48 * 1024 else "global",
+                        blocks_per_sm=blocks)
+        spec = KernelSpec(problem, config)
+        if not 64 <= spec.threads <= 1024:
+            continue
+        try:
+            validate(spec)
+        except InvalidSpec:
+            continue
+        if _occupancy_ok(spec):
+            found[config] = score(spec)
+    # Best first, but one per tile/thread/stage shape before any second variant of
+    # a shape (unroll, mapping and blocks per SM matter less than those).
+    ranked, seen = [], set()
+    for config in sorted(found, key=found.get, reverse=True):
+        shape = (config.tile_m, config.tile_n, config.row_groups, config.rows_per_stage, config.stages)
+        if shape not in seen:
+            seen.add(shape)
+            ranked.append(config)
+    ranked += [c for c in sorted(found, key=found.get, reverse=True) if c not in ranked]
+    try:
+        default = default_config(problem)
+    except InvalidSpec:
+        return ranked[:limit]
+    return [default] + [c for c in ranked if c != default][: limit - 1]

@@ -1,0 +1,281 @@
+"""jax_tsmm against XLA's dot on this GPU, as a percentage of the memory/compute roofline.
+
+    python -m jax_tsmm.bench [--dtypes float64,float32] [--ops atb,ab] [--widths 1-64]
+                             [--k-sweep] [--json out.json] [--plot out.png]
+
+First measures this GPU's ceilings (read-only and copy bandwidth with the
+package's own streaming kernels; FP64/FP32 peak with a large XLA matmul), then
+times every shape for both libraries in one run. Each call streams tall
+matrices of at least 1 GiB (far larger than L2; at most 8 GiB, so the narrower
+is smaller where the widths are more than 8 apart), rotating between two input
+sets; times are medians of several loops timed inside one jitted function.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import math
+import statistics
+import sys
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+import jax_tsmm
+from jax_tsmm import _cuda, _dispatch, _kernels
+
+GIB = 1 << 30
+DEFAULT_PAIRS = ((1, 8), (8, 1), (4, 16), (16, 4), (2, 32), (32, 2), (3, 7), (7, 3), (64, 8), (8, 64), (13, 48), (48, 13))
+
+
+# --- timing ------------------------------------------------------------------
+
+
+def _timed_loop(op, operand_sets, reps: int):
+    """A jitted loop calling ``op`` ``reps`` times per operand set. The optimization
+    barrier ties the operands to the loop carry, so XLA cannot hoist the
+    (loop-invariant) call out of the loop, and costs nothing at run time."""
+
+    def body(_, carry):
+        total, sets = carry
+        total, sets = lax.optimization_barrier((total, sets))
+        for operands in sets:
+            out = op(*operands)
+            total = total + out.reshape(-1)[0].real.astype(jnp.float32)
+        return total, sets
+
+    @jax.jit
+    def run(sets):
+        return lax.fori_loop(0, reps, body, (jnp.float32(0), sets))[0]
+
+    return lambda: run(operand_sets)
+
+
+def seconds_per_call(op, operand_sets, *, min_seconds: float = 0.02, repeats: int = 5) -> float:
+    """Median time of one call, from loops long enough to dwarf the launch of the loop."""
+    probe = _timed_loop(op, operand_sets, 1)
+    probe().block_until_ready()  # compile, warm up
+    start = time.perf_counter()
+    probe().block_until_ready()
+    once = max(time.perf_counter() - start, 1e-6) / len(operand_sets)
+    reps = max(1, min(1000, math.ceil(min_seconds / once / len(operand_sets))))
+    loop = _timed_loop(op, operand_sets, reps)
+    loop().block_until_ready()
+    samples = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        loop().block_until_ready()
+        samples.append((time.perf_counter() - start) / (reps * len(operand_sets)))
+    return statistics.median(samples)
+
+
+# --- ceilings ------------------------------------------------------------------
+
+
+def measure_ceilings() -> dict:
+    """Read-only and copy bandwidth (bytes/s) with the streaming kernels, and the
+    FP64/FP32 peak (flop/s) of a large matmul."""
+    if not _cuda.register_targets():
+        sys.exit("jax_tsmm.bench needs the CUDA extension")
+    n = 2 * GIB // 4
+    x = [jax.random.uniform(jax.random.key(i), (n,), jnp.float32) for i in range(2)]
+    blocks = 132 * 16
+    read = jax.ffi.ffi_call("tsmm_stream_read", jax.ShapeDtypeStruct((blocks,), jnp.float64))
+    copy = jax.ffi.ffi_call("tsmm_stream_copy", jax.ShapeDtypeStruct((n,), jnp.float32))
+    read_s = seconds_per_call(read, [(v,) for v in x])
+    copy_s = seconds_per_call(copy, [(v,) for v in x])
+    del x
+    peaks = {}
+    for dtype in (jnp.float64, jnp.float32):
+        size = 8192
+        a = jax.random.normal(jax.random.key(3), (size, size), dtype)
+        matmul = lambda p, q: jnp.matmul(p, q, precision=lax.Precision.HIGHEST)
+        peaks[np.dtype(dtype).name] = 2 * size**3 / seconds_per_call(matmul, [(a, a)])
+    return {
+        "read_bytes_per_s": 2 * GIB / read_s,
+        "copy_bytes_per_s": 2 * 2 * GIB / copy_s,
+        "peak_flops": {**peaks, "complex128": peaks["float64"], "complex64": peaks["float32"]},
+    }
+
+
+# --- one shape -----------------------------------------------------------------
+
+
+def problem_rows(m: int, n: int, dtype) -> int:
+    """K such that the narrower tall matrix holds at least 1 GiB, unless that would
+    make the wider one exceed 8 GiB (widths more than 8 apart)."""
+    itemsize = np.dtype(dtype).itemsize
+    return min(math.ceil(GIB / (min(m, n) * itemsize)), 8 * GIB // (max(m, n) * itemsize))
+
+
+def _random(key, shape, dtype):
+    if jnp.issubdtype(dtype, jnp.complexfloating):
+        real = jnp.finfo(dtype).dtype
+        re, im = jax.random.normal(key, (2, *shape), real)
+        return lax.complex(re, im)
+    return jax.random.normal(key, shape, dtype)
+
+
+def roofline_seconds(op: str, dtype, m: int, n: int, k: int, ceilings: dict) -> float:
+    itemsize = np.dtype(dtype).itemsize
+    complex_factor = 4 if jnp.issubdtype(dtype, jnp.complexfloating) else 1
+    flops = 2 * complex_factor * k * m * n
+    peak = ceilings["peak_flops"][np.dtype(dtype).name]
+    if op == "atb":
+        memory = (k * (m + n) + m * n) * itemsize / ceilings["read_bytes_per_s"]
+    else:
+        memory = (k * (m + n) + m * n) * itemsize / ceilings["copy_bytes_per_s"]
+    return max(memory, flops / peak)
+
+
+def _operations(op: str):
+    highest = lax.Precision.HIGHEST
+    if op == "atb":
+        return jax_tsmm.atb, lambda a, b: jnp.matmul(a.T, b, precision=highest)
+    return jax_tsmm.ab, lambda a, c: jnp.matmul(a, c, precision=highest)
+
+
+def bench_shape(op: str, dtype, m: int, n: int, k: int, ceilings: dict) -> dict:
+    keys = jax.random.split(jax.random.key(m * 1000 + n), 4)
+    second = (k, n) if op == "atb" else (m, n)
+    sets = [(_random(keys[2 * i], (k, m), dtype), _random(keys[2 * i + 1], second, dtype)) for i in range(2)]
+    ours, xla = _operations(op)
+    ours_s = seconds_per_call(ours, sets)
+    xla_s = seconds_per_call(xla, sets)
+    del sets
+    best = roofline_seconds(op, dtype, m, n, k, ceilings)
+    return {
+        "op": op, "dtype": np.dtype(dtype).name, "M": m, "N": n, "K": k,
+        "tsmm_s": ours_s, "xla_s": xla_s,
+        "tsmm_pct": 100 * best / ours_s, "xla_pct": 100 * best / xla_s,
+        "speedup": xla_s / ours_s,
+    }
+
+
+def k_sweep(ceilings: dict, dtype=jnp.float64, width: int = 8) -> list[dict]:
+    """Ramp-up with K for atb and ab at M = N = width."""
+    rows = []
+    for log_k in range(10, 29, 2):
+        k = 1 << log_k
+        if k * width * np.dtype(dtype).itemsize > 4 * GIB:
+            break
+        for op in ("atb", "ab"):
+            row = bench_shape(op, dtype, width, width, k, ceilings)
+            rows.append(row)
+            _print_row(row)
+    return rows
+
+
+# --- reporting -----------------------------------------------------------------
+
+
+def _print_row(row: dict) -> None:
+    print(
+        f"{row['op']:>3} {row['dtype']:>10} {row['M']:>3}x{row['N']:<3} K={row['K']:>10}  "
+        f"tsmm {row['tsmm_s'] * 1e3:8.3f} ms {row['tsmm_pct']:5.1f}%   "
+        f"xla {row['xla_s'] * 1e3:8.3f} ms {row['xla_pct']:5.1f}%   x{row['speedup']:.2f}",
+        flush=True,
+    )
+
+
+def summary(rows: list[dict]) -> str:
+    lines = ["op   dtype       shapes  min%   geomean%  xla geomean%  geomean speedup  min speedup"]
+    groups = {}
+    for row in rows:
+        groups.setdefault((row["op"], row["dtype"]), []).append(row)
+    for (op, dtype), group in sorted(groups.items()):
+        geo = lambda xs: math.exp(statistics.fmean(math.log(x) for x in xs))
+        lines.append(
+            f"{op:>3} {dtype:>10} {len(group):>7} {min(r['tsmm_pct'] for r in group):6.1f} "
+            f"{geo([r['tsmm_pct'] for r in group]):9.1f} {geo([r['xla_pct'] for r in group]):12.1f} "
+            f"{geo([r['speedup'] for r in group]):15.2f} {min(r['speedup'] for r in group):12.2f}"
+        )
+    return "\n".join(lines)
+
+
+def plot(rows: list[dict], path: str, device: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    panels = sorted({(r["op"], r["dtype"]) for r in rows})
+    fig, axes = plt.subplots(len(panels), 1, figsize=(8, 3 * len(panels)), squeeze=False)
+    for ax, (op, dtype) in zip(axes[:, 0], panels):
+        square = sorted((r for r in rows if (r["op"], r["dtype"]) == (op, dtype) and r["M"] == r["N"]),
+                        key=lambda r: r["M"])
+        widths = [r["M"] for r in square]
+        ax.plot(widths, [r["tsmm_pct"] for r in square], "o-", ms=3, label="jax_tsmm")
+        ax.plot(widths, [r["xla_pct"] for r in square], "s-", ms=3, label="XLA dot")
+        ax.set_ylim(0, 110)
+        ax.axhline(90, color="gray", lw=0.5, ls="--")
+        ax.set_title(f"{'Aᵀ B' if op == 'atb' else 'A C'} {dtype}, M = N")
+        ax.set_xlabel("M = N")
+        ax.set_ylabel("% of roofline")
+        ax.legend()
+    fig.suptitle(device)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
+def _parse_widths(text: str) -> list[int]:
+    widths = []
+    for part in text.split(","):
+        lo, _, hi = part.partition("-")
+        widths += list(range(int(lo), int(hi or lo) + 1))
+    return widths
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--dtypes", default="float64,float32,complex128,complex64")
+    parser.add_argument("--ops", default="atb,ab")
+    parser.add_argument("--widths", default="1-64", help="M = N values, e.g. 1-64 or 1,2,8")
+    parser.add_argument("--no-pairs", action="store_true", help="skip the M != N pairs")
+    parser.add_argument("--k-sweep", action="store_true", help="add the ramp-up with K")
+    parser.add_argument("--json", default="bench.json")
+    parser.add_argument("--plot", default="bench.png")
+    args = parser.parse_args(argv)
+    jax.config.update("jax_enable_x64", True)
+    device = jax.devices()[0]
+    if device.platform != "gpu":
+        sys.exit("jax_tsmm.bench needs a GPU")
+    dtypes = [np.dtype(d) for d in args.dtypes.split(",")]
+    ops = args.ops.split(",")
+    shapes = [(w, w) for w in _parse_widths(args.widths)] + ([] if args.no_pairs else list(DEFAULT_PAIRS))
+
+    print(f"{device.device_kind}, jax {jax.__version__}, {datetime.date.today()}", flush=True)
+    ceilings = measure_ceilings()
+    print(
+        f"ceilings: read {ceilings['read_bytes_per_s'] / 1e9:.0f} GB/s, copy {ceilings['copy_bytes_per_s'] / 1e9:.0f} GB/s, "
+        + ", ".join(f"{k} {v / 1e12:.1f} TFLOP/s" for k, v in ceilings["peak_flops"].items() if k.startswith("float")),
+        flush=True,
+    )
+    problems = [(op, d, m, n) for d in dtypes for op in ops for m, n in shapes]
+    specs = [_dispatch.select(op, d, m, n, problem_rows(m, n, d), 0, False, _cuda.arch()) for op, d, m, n in problems]
+    _kernels.precompile([s for s in specs if s is not None], _cuda.arch())
+    rows = []
+    for index, (op, dtype, m, n) in enumerate(problems):
+        row = bench_shape(op, dtype, m, n, problem_rows(m, n, dtype), ceilings)
+        rows.append(row)
+        print(f"[{index + 1}/{len(problems)}] ", end="")
+        _print_row(row)
+    sweep = k_sweep(ceilings) if args.k_sweep else []
+    report = {
+        "device": device.device_kind, "date": str(datetime.date.today()), "jax": jax.__version__,
+        "ceilings": ceilings, "rows": rows, "k_sweep": sweep,
+    }
+    with open(args.json, "w") as f:
+        json.dump(report, f, indent=1)
+    if rows:
+        plot(rows, args.plot, f"{device.device_kind} ({datetime.date.today()})")
+        print(summary(rows))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,104 @@
+"""Autotuner: benchmark pruned candidate kernels per problem and K range, write the database.
+
+    python -m jax_tsmm.tune [--ops atb,ab] [--dtypes float64] [--shapes 1-64]
+                            [--candidates 12] [--db PATH]
+
+For each (op, dtype, M, N) and each K range, the candidates of
+``codegen.search`` (pruned by hardware limits, occupancy and a register-reuse
+model) are compiled in parallel, then timed on the same inputs as XLA's dot.
+The winner goes into ``jax_tsmm/tuning/<arch>.json`` with its time, its % of
+roofline and XLA's time; where XLA wins, the entry says so and dispatch uses
+XLA. Finished problems are kept, so an interrupted run resumes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import datetime
+import json
+import os
+import pathlib
+
+import jax
+import numpy as np
+
+from jax_tsmm import _cuda, _dispatch, _kernels, bench
+from jax_tsmm.codegen import KernelSpec, Problem
+from jax_tsmm.codegen.search import candidates
+
+# K ranges as (k_min, K timed); None times the benchmark's size (1 GiB matrices).
+K_RANGES = ((0, 1 << 16), (1 << 18, 1 << 20), (1 << 22, None))
+
+
+def tune_problem(problem: Problem, ceilings: dict, limit: int, arch: str) -> list[dict]:
+    dtype = np.dtype(problem.dtype)
+    configs = candidates(problem, limit)
+    _kernels.precompile([KernelSpec(problem, c) for c in configs], arch)
+    ours, xla = bench._operations(problem.op)
+    entries = []
+    for k_min, k_sample in K_RANGES:
+        k = k_sample or bench.problem_rows(problem.m, problem.n, dtype)
+        keys = jax.random.split(jax.random.key(k), 4)
+        second = (k, problem.n) if problem.op == "atb" else (problem.m, problem.n)
+        sets = [(bench._random(keys[2 * i], (k, problem.m), dtype), bench._random(keys[2 * i + 1], second, dtype))
+                for i in range(2)]
+        xla_s = bench.seconds_per_call(xla, sets)
+        timings = []
+        for config in configs:
+            spec = KernelSpec(problem, config)
+            with _dispatch.forced(spec):  # each timing traces a fresh jitted loop
+                timings.append((bench.seconds_per_call(ours, sets), config))
+        best_s, best = min(timings, key=lambda t: t[0])
+        roof = bench.roofline_seconds(problem.op, dtype, problem.m, problem.n, k, ceilings)
+        entries.append({
+            "k_min": k_min, "k_tuned": k,
+            "config": dataclasses.asdict(best) if best_s < xla_s else None,
+            "tsmm_s": best_s, "tsmm_pct": 100 * roof / best_s,
+            "xla_s": xla_s, "xla_pct": 100 * roof / xla_s,
+            "candidates": len(configs),
+        })
+        del sets
+        print(f"  K>={k_min:<8} K={k:<10} best {best_s * 1e3:8.3f} ms ({100 * roof / best_s:5.1f}%)  "
+              f"xla {xla_s * 1e3:8.3f} ms ({100 * roof / xla_s:5.1f}%)", flush=True)
+    return entries
+
+
+def _save(path: pathlib.Path, db: dict) -> None:
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(db, indent=1, sort_keys=True))
+    os.replace(tmp, path)
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--ops", default="atb,ab")
+    parser.add_argument("--dtypes", default="float64,float32,complex128,complex64")
+    parser.add_argument("--shapes", default="1-64", help="M = N values, e.g. 1-64 or 3,8")
+    parser.add_argument("--candidates", type=int, default=12)
+    parser.add_argument("--db", type=pathlib.Path, default=None)
+    args = parser.parse_args(argv)
+    jax.config.update("jax_enable_x64", True)
+    if not _cuda.register_targets():
+        raise SystemExit("jax_tsmm.tune needs a GPU and the CUDA extension")
+    arch = _cuda.arch()
+    path = args.db or _dispatch.TUNING_DIR / f"{arch}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    db = json.loads(path.read_text()) if path.exists() else {"entries": {}}
+    device = jax.devices()[0].device_kind
+    ceilings = bench.measure_ceilings()
+    db.update(device=device, arch=arch, ceilings=ceilings)
+    problems = [Problem(op, dtype, w, w) for dtype in args.dtypes.split(",") for op in args.ops.split(",")
+                for w in bench._parse_widths(args.shapes)]
+    for index, problem in enumerate(problems):
+        key = _dispatch.problem_key(problem)
+        if key in db["entries"]:
+            continue  # resume: tuned already
+        print(f"[{index + 1}/{len(problems)}] {key}", flush=True)
+        db["entries"][key] = tune_problem(problem, ceilings, args.candidates, arch)
+        db["date"] = str(datetime.date.today())
+        _save(path, db)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# One call on a GPU machine: build, then the named steps; full logs under $OUT,
+# a short summary printed last.
+#
+#   scripts/device_run.sh tests sanitize "bench --dtypes float64 --widths 1-64"
+#
+# Steps: tests (pytest -m gpu), suite (the whole pytest suite on the GPU),
+# sanitize (compute-sanitizer on a kernel sample), bench ARGS, tune ARGS.
+set -uo pipefail
+OUT=${OUT:-/tmp/jax_tsmm_out}
+mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_MEM_FRACTION=0.92
+export JAX_TSMM_CACHE_DIR=${JAX_TSMM_CACHE_DIR:-/tmp/jax_tsmm_cache}
+summary="$OUT/summary.txt"
+: > "$summary"
+
+step() {  # step NAME COMMAND...: run with a log, record status and seconds
+  local name=$1; shift
+  local start=$SECONDS
+  "$@" > "$OUT/$name.log" 2>&1
+  local rc=$?
+  echo "$name: rc=$rc, $((SECONDS - start)) s" >> "$summary"
+  return $rc
+}
+
+nvidia-smi --query-gpu=name,memory.total,clocks.max.sm,driver_version --format=csv,noheader >> "$summary"
+step build python3 -m pip install --no-build-isolation --no-deps -v -e . || { tail -40 "$OUT/build.log"; cat "$summary"; exit 1; }
+for item in "$@"; do
+  read -r name args <<< "$item"
+  case $name in
+    tests) step tests python3 -m pytest -m gpu -q -x -p no:cacheprovider --junitxml="$OUT/tests.xml" ;;
+    suite) step suite python3 -m pytest -q -p no:cacheprovider ;;
+    sanitize) step sanitize scripts/sanitize.sh ;;
+    bench) step bench python3 -m jax_tsmm.bench $args --json "$OUT/bench.json" --plot "$OUT/bench.png" ;;
+    tune) step tune python3 -m jax_tsmm.tune $args ;;
+    *) echo "unknown step $name" >> "$summary" ;;
+  esac
+  tail -25 "$OUT/$name.log"
+done
+echo "=== summary"
+cat "$summary"

@@ -1,0 +1,109 @@
+"""The CUDA lowering without a GPU: lowering for platform "cuda" works on any
+machine, so CI sees which calls become kernels, that kernels outside the
+prebuilt set are generated, compiled and cached, and that compiler failures
+surface as Python errors."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import jax
+import jax.numpy as jnp
+import pytest
+
+import jax_tsmm
+from jax_tsmm import _kernels
+
+pytestmark = pytest.mark.skipif(_kernels.extension() is None, reason="package built without CUDA")
+
+
+def _has_nvcc() -> bool:
+    try:
+        return bool(_kernels.nvcc())
+    except _kernels.KernelBuildError:
+        return False
+
+
+needs_nvcc = pytest.mark.skipif(not _has_nvcc(), reason="needs nvcc")
+
+
+def cuda_hlo(fn, *args) -> str:
+    return jax.jit(fn).trace(*args).lower(lowering_platforms=("cuda",)).as_text()
+
+
+def test_kernels_lower_to_ffi_calls():
+    a = jnp.ones((1000, 8))
+    c = jnp.ones((8, 8))
+    assert "tsmm_atb" in cuda_hlo(jax_tsmm.atb, a, a)
+    assert "tsmm_ab" in cuda_hlo(jax_tsmm.ab, a, c)
+
+
+def test_grad_lowers_to_both_kernels():
+    a = jnp.ones((1000, 8))
+    hlo = cuda_hlo(jax.grad(lambda x: jnp.sum(jax_tsmm.atb(x, x))), a)
+    assert "tsmm_ab" in hlo
+
+
+@pytest.mark.parametrize(
+    "shape_a, shape_b, dtype",
+    [((1000, 200), (1000, 3), jnp.float32), ((1000, 4), (1000, 4), jnp.bfloat16), ((0, 4), (0, 4), jnp.float32)],
+)
+def test_problems_without_a_kernel_use_xla(shape_a, shape_b, dtype):
+    hlo = cuda_hlo(jax_tsmm.atb, jnp.ones(shape_a, dtype), jnp.ones(shape_b, dtype))
+    assert "tsmm_atb" not in hlo
+
+
+_NEW_SHAPE = textwrap.dedent(
+    """
+    import jax, jax.numpy as jnp, jax_tsmm
+    a, b = jnp.ones((999, 29)), jnp.ones((999, 31))
+    jax.jit(jax_tsmm.atb).trace(a, b).lower(lowering_platforms=("cuda",))
+    print("lowered")
+    """
+)
+
+
+def _fake_nvcc(tmp_path, compile_body: str) -> str:
+    """An nvcc that logs each call, answers --version like the real one and
+    compiles with ``compile_body``."""
+    real = _kernels.nvcc()
+    script = tmp_path / "nvcc"
+    script.write_text(
+        f"#!/bin/sh\necho \"$@\" >> {tmp_path}/calls\n"
+        f"case \"$1\" in --version) exec {real} --version;; esac\n{compile_body}\n"
+    )
+    script.chmod(0o755)
+    return str(script)
+
+
+def _run(env_extra: dict) -> subprocess.CompletedProcess:
+    env = dict(os.environ, **env_extra)
+    return subprocess.run([sys.executable, "-c", _NEW_SHAPE], env=env, capture_output=True, text=True)
+
+
+@needs_nvcc
+def test_disk_cache_serves_a_second_process(tmp_path):
+    cache = tmp_path / "cache"
+    nvcc = _fake_nvcc(tmp_path, f'exec {_kernels.nvcc()} "$@"')
+    first = _run({"JAX_TSMM_CACHE_DIR": str(cache), "JAX_TSMM_NVCC": nvcc})
+    assert first.returncode == 0, first.stderr
+    cubins = list(cache.glob("*.cubin"))
+    assert len(cubins) == 1 and "m29_n31" in cubins[0].name
+    compiles = lambda: [c for c in (tmp_path / "calls").read_text().splitlines() if "-cubin" in c]
+    assert len(compiles()) == 1
+    second = _run({"JAX_TSMM_CACHE_DIR": str(cache), "JAX_TSMM_NVCC": nvcc})
+    assert second.returncode == 0, second.stderr
+    assert len(compiles()) == 1  # nothing compiled the second time
+
+
+@needs_nvcc
+def test_broken_compiler_is_a_python_error(tmp_path):
+    nvcc = _fake_nvcc(tmp_path, 'echo "fatal: this compiler is broken" >&2; exit 1')
+    result = _run({"JAX_TSMM_CACHE_DIR": str(tmp_path / "cache"), "JAX_TSMM_NVCC": nvcc})
+    assert result.returncode != 0
+    assert "KernelBuildError" in result.stderr
+    assert "this compiler is broken" in result.stderr
+    assert "tsmm_atb_float32_m29_n31" in result.stderr  # the kernel is named

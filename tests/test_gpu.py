@@ -1,0 +1,186 @@
+"""The CUDA path on a GPU: generated kernels against the float64/complex128 reference.
+
+Run with ``python -m pytest -m gpu``; skipped where no GPU is present. Every
+check draws fresh random inputs and poisons the allocator's free memory with
+NaN first, so an output element the kernel fails to write shows up as NaN.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import subprocess
+import sys
+import textwrap
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jax_tsmm
+from jax_tsmm import _cuda, _dispatch, _kernels
+from reference import assert_close, random_operand
+
+pytestmark = pytest.mark.gpu
+
+DTYPES = ("float32", "float64", "complex64", "complex128")
+SMALL_K = (1, 31, 32, 33, 1000, 4099)
+
+
+def poison(nbytes: int) -> None:
+    """Fill free device memory with NaN: the next outputs are likely carved from it."""
+    filler = jnp.full((max(nbytes, 8) // 8 + 1024,), jnp.nan, jnp.float64)
+    filler.block_until_ready()
+    del filler
+
+
+def run(op, a, b, conj=False):
+    out_elems = (a.shape[-1] * b.shape[-1]) if op == "atb" else a.shape[-2] * b.shape[-1]
+    poison(out_elems * 16 * max(1, int(np.prod(a.shape[:-2], dtype=np.int64))))
+    if op == "atb":
+        return jax.jit(lambda x, y: jax_tsmm.atb(x, y, conj=conj))(a, b)
+    return jax.jit(jax_tsmm.ab)(a, b)
+
+
+def operands(rng, op, dtype, k, m, n, a_batch=(), b_batch=()):
+    a = random_operand(rng, a_batch + (k, m), dtype)
+    b = random_operand(rng, b_batch + ((k, n) if op == "atb" else (m, n)), dtype)
+    return a, b
+
+
+def _small_cases():
+    """Every M, N in 1..16 for both ops; dtype, conj and K rotate so that each
+    appears often, and every dtype meets odd and even shapes."""
+    for index, (op, m, n) in enumerate(itertools.product(("atb", "ab"), range(1, 17), range(1, 17))):
+        dtype = DTYPES[(index + m) % 4]
+        conj = dtype.startswith("complex") and (index // 4) % 2 == 0
+        yield op, dtype, m, n, conj, SMALL_K[index % len(SMALL_K)]
+
+
+SMALL_CASES = list(_small_cases())
+WIDE_CASES = [  # 17..128, primes included
+    (op, dtype, m, n, dtype.startswith("complex"), k)
+    for (m, n), dtype, k in zip(
+        [(17, 17), (23, 31), (32, 32), (37, 5), (41, 64), (48, 13), (53, 53), (64, 64), (61, 67),
+         (5, 97), (100, 3), (127, 127), (128, 128), (128, 1), (1, 128), (96, 80)],
+        itertools.cycle(DTYPES),
+        itertools.cycle((33, 1000, 4099, 20011)),
+    )
+    for op in ("atb", "ab")
+]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def compiled_kernels():
+    """Compile every kernel the cases need in parallel before the first case runs."""
+    specs = [
+        _dispatch.select(op, dtype, m, n, k, 0, conj, _cuda.arch())
+        for op, dtype, m, n, conj, k in SMALL_CASES + WIDE_CASES
+    ]
+    _kernels.precompile([s for s in specs if s is not None], _cuda.arch())
+
+
+@pytest.mark.parametrize("op, dtype, m, n, conj, k", SMALL_CASES + WIDE_CASES)
+def test_shapes(op, dtype, m, n, conj, k):
+    rng = np.random.default_rng()
+    a, b = operands(rng, op, dtype, k, m, n)
+    out = run(op, a, b, conj)
+    assert_close(out, a, b, op=op, conj=conj)
+
+
+@pytest.mark.parametrize("k", [0, 1, 31, 32, 33, 1000, 10**6 + 7])
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("op", ["atb", "ab"])
+def test_long_dimensions(op, dtype, k):
+    rng = np.random.default_rng()
+    m, n = (7, 5) if dtype.startswith("complex") else (16, 16)
+    a, b = operands(rng, op, dtype, k, m, n)
+    conj = dtype.startswith("complex")
+    assert_close(run(op, a, b, conj), a, b, op=op, conj=conj)
+
+
+@pytest.mark.parametrize("a_batch, b_batch", [((3,), (3,)), ((4,), (1,)), ((1,), (5,)), ((2, 3), (1, 3)), ((2, 1, 3), (1, 4, 1))])
+@pytest.mark.parametrize("op", ["atb", "ab"])
+def test_batches_with_broadcasting(op, a_batch, b_batch):
+    rng = np.random.default_rng()
+    a, b = operands(rng, op, "float64", 1001, 6, 3, a_batch, b_batch)
+    assert_close(run(op, a, b), a, b, op=op)
+
+
+def test_many_batch_items_small_k():
+    rng = np.random.default_rng()
+    a, b = operands(rng, "atb", "complex64", 40, 9, 4, (300,), (300,))
+    assert_close(run("atb", a, b, True), a, b, op="atb", conj=True)
+
+
+def test_misaligned_batch_items():
+    """Odd K*M makes every other batch item start off a 16-byte boundary."""
+    rng = np.random.default_rng()
+    for op in ("atb", "ab"):
+        a, b = operands(rng, op, "float32", 1001, 3, 5, (5,), (5,))
+        assert_close(run(op, a, b), a, b, op=op)
+
+
+def test_jit_vmap_grad_end_to_end():
+    rng = np.random.default_rng()
+    a = random_operand(rng, (4, 5000, 6), "complex128")
+    b = random_operand(rng, (5000, 3), "complex128")
+
+    def loss(fn):
+        return lambda a, b: jnp.sum(jnp.abs(jax.vmap(fn, in_axes=(0, None))(a, b)) ** 2)
+
+    ours = jax.jit(jax.grad(loss(lambda x, y: jax_tsmm.atb(x, y, conj=True)), argnums=(0, 1)))(a, b)
+    theirs = jax.grad(loss(lambda x, y: jnp.matmul(x.conj().T, y, precision="highest")), argnums=(0, 1))(a, b)
+    for x, y in zip(ours, theirs):
+        np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=1e-10, atol=1e-8)
+    hlo = jax.jit(jax.grad(loss(lambda x, y: jax_tsmm.atb(x, y, conj=True)))).lower(a, b).as_text()
+    assert "tsmm_atb" in hlo and "tsmm_ab" in hlo
+
+
+def test_kernels_are_used():
+    a = jnp.ones((1000, 5))
+    hlo = jax.jit(lambda x: jax_tsmm.atb(x, x)).lower(a).compile().as_text()
+    assert "tsmm_atb" in hlo
+
+
+@pytest.mark.parametrize("op", ["atb", "ab"])
+def test_bitwise_deterministic(op):
+    rng = np.random.default_rng()
+    a, b = operands(rng, op, "float64", 3 * 10**6 + 1, 11, 7)
+    first = np.asarray(run(op, a, b))
+    for _ in range(3):
+        assert np.array_equal(np.asarray(run(op, a, b)), first)
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf])
+def test_nan_and_inf_propagate(bad):
+    rng = np.random.default_rng()
+    a, b = operands(rng, "atb", "float64", 100_003, 4, 3)
+    a[77_777, 2] = bad
+    out = np.asarray(run("atb", a, b))
+    assert not np.isfinite(out[2]).any() and np.isfinite(np.delete(out, 2, axis=0)).all()
+    a, c = operands(rng, "ab", "float64", 100_003, 4, 3)
+    a[77_777, 2] = bad
+    out = np.asarray(run("ab", a, c))
+    assert not np.isfinite(out[77_777]).any() and np.isfinite(np.delete(out, 77_777, axis=0)).all()
+
+
+def test_64_bit_indexing():
+    """K*M above 2**31 elements: offsets must not wrap."""
+    k, m, n = 2**27 + 3, 17, 2
+    key_a, key_b = jax.random.split(jax.random.key(0))
+    a = jax.random.normal(key_a, (k, m), jnp.float32)
+    b = jax.random.normal(key_b, (k, n), jnp.float32)
+    assert k * m > 2**31
+    got = np.asarray(jax_tsmm.atb(a, b), np.float64)
+    want = np.zeros((m, n))
+    for start in range(0, k, 1 << 24):  # float64 reference, in slices
+        rows = slice(start, start + (1 << 24))
+        want += np.asarray(jnp.matmul(a[rows].astype(jnp.float64).T, b[rows].astype(jnp.float64)))
+    np.testing.assert_allclose(got, want, rtol=1e-3, atol=1e-4 * np.sqrt(k))
+    c = jax.random.normal(key_b, (m, n), jnp.float32)
+    out = jax_tsmm.ab(a, c)
+    tail = slice(k - 1000, k)  # rows whose offsets exceed 2**31 elements
+    want_tail = np.asarray(a[tail], np.float64) @ np.asarray(c, np.float64)
+    np.testing.assert_allclose(np.asarray(out[tail]), want_tail, rtol=1e-5, atol=1e-5)
