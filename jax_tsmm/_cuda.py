@@ -57,8 +57,8 @@ def _lowering(op: str, target: str, xla_impl):
             spec = _dispatch.select(op, x_aval.dtype, m, n, k, len(batch), conj, arch())
         if spec is None or not register_targets():
             return mlir.lower_fun(xla_impl, multiple_results=False)(ctx, x, y, conj=conj)
-        call = jax.ffi.ffi_lowering(
-            target,
+        return jax.ffi.ffi_lowering(target)(
+            ctx, x, y,
             kernel=spec.name,
             library=_kernels.library_for(spec, arch()),
             threads=np.int32(spec.threads),
@@ -66,7 +66,6 @@ def _lowering(op: str, target: str, xla_impl):
             rows_per_chunk=np.int64(spec.rows_per_chunk),
             blocks_per_sm=np.int32(spec.config.blocks_per_sm),
         )
-        return call(ctx, x, y)
 
     return rule
 
