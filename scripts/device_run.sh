@@ -28,7 +28,7 @@ step build python3 -m pip install --no-build-isolation --no-deps -v -e . || { ta
 for item in "$@"; do
   read -r name args <<< "$item"
   case $name in
-    tests) step tests python3 -m pytest -m gpu -q -x -p no:cacheprovider --junitxml="$OUT/tests.xml" ;;
+    tests) step tests python3 -m pytest -m gpu -q --maxfail=25 -p no:cacheprovider --junitxml="$OUT/tests.xml" ;;
     suite) step suite python3 -m pytest -q -p no:cacheprovider ;;
     sanitize) step sanitize scripts/sanitize.sh ;;
     bench) step bench python3 -m jax_tsmm.bench $args --json "$OUT/bench.json" --plot "$OUT/bench.png" ;;
