@@ -44,6 +44,16 @@ __device__ __forceinline__ void tsmm_stage_copy(T* dst, const T* src, int shift,
   }
 }
 
+// Stage `rows` rows of kCols elements at a row stride of kStride elements
+// (padding that spreads a column over the banks), element by element.
+template <typename T, int kThreads, int kCols, int kStride>
+__device__ __forceinline__ void tsmm_stage_copy_rows(T* dst, const T* src, int rows) {
+  for (int e = threadIdx.x; e < rows * kCols; e += kThreads) {
+    const int row = e / kCols;
+    tsmm_cp_async_element(dst + row * kStride + (e - row * kCols), src + e);
+  }
+}
+
 // Elements a pointer lies past the previous 16-byte boundary.
 template <typename T>
 __device__ __forceinline__ int tsmm_misalignment(const T* p) {
@@ -117,6 +127,18 @@ def _valid(name: str, i: int, tiles: int, tile: int, extent: int) -> str | None:
     return f"{name}{i}_valid" if tiles * tile > extent else None
 
 
+def _staging(spec: KernelSpec, elem: str, operand: str, width: int) -> tuple[str, str]:
+    """(copy statement for the issue step, offset of row 0 in the staged slot) for
+    an operand whose rows have `width` elements."""
+    src = f"{operand} + row0 * {width}"
+    if spec.is_padded(width):
+        copy = (f"tsmm_stage_copy_rows<{elem}, {spec.threads}, {width}, {spec.smem_stride(width)}>"
+                f"(slot_{operand}(slot), {src}, rows);")
+        return copy, "0"
+    copy = f"tsmm_stage_copy<{elem}, {spec.threads}>(slot_{operand}(slot), {src}, {operand}_shift, rows * {width});"
+    return copy, f"{operand}_shift"
+
+
 def _block_prologue(spec: KernelSpec, arith: _Arith, b_name: str) -> list[str]:
     p = spec.problem
     e = arith.elem
@@ -133,8 +155,9 @@ def _block_prologue(spec: KernelSpec, arith: _Arith, b_name: str) -> list[str]:
         "",
         "// Every stage starts a whole number of 16-byte vectors into the matrix, so one",
         "// misalignment per operand, taken from the batch item's base, serves all stages.",
-        f"const int a_shift = tsmm_misalignment(a);",
-    ] + ([f"const int b_shift = tsmm_misalignment(b);"] if p.op == "atb" else [])
+        *([] if spec.is_padded(p.m) else ["const int a_shift = tsmm_misalignment(a);"]),
+        *(["const int b_shift = tsmm_misalignment(b);"] if p.op == "atb" and not spec.is_padded(p.n) else []),
+    ]
 
 
 def _pipeline(spec: KernelSpec, issue: list[str], consume: list[str]) -> list[str]:
@@ -211,21 +234,20 @@ def _emit_atb(spec: KernelSpec) -> str:
         "",
         "// One row: the outer product of op(A)'s and B's slices, straight from shared memory.",
         f"auto row_step = [&](const {e}* sa, const {e}* sb, int r) {{",
-        *[f"  const {e} a{i} = sa[r * {p.m} + col_a{i}];" for i in range(tm)],
-        *[f"  const {e} b{j} = sb[r * {p.n} + col_b{j}];" for j in range(tn)],
+        *[f"  const {e} a{i} = sa[r * {spec.smem_stride(p.m)} + col_a{i}];" for i in range(tm)],
+        *[f"  const {e} b{j} = sb[r * {spec.smem_stride(p.n)} + col_b{j}];" for j in range(tn)],
         *["  " + line for i in range(tm) for j in range(tn) for line in ar.fma(f"acc_{i}_{j}", f"a{i}", f"b{j}")],
         "};",
         "",
     ]
-    issue = [
-        f"tsmm_stage_copy<{e}, {spec.threads}>(slot_a(slot), a + row0 * {p.m}, a_shift, rows * {p.m});",
-        f"tsmm_stage_copy<{e}, {spec.threads}>(slot_b(slot), b + row0 * {p.n}, b_shift, rows * {p.n});",
-    ]
+    copy_a, offset_a = _staging(spec, e, "a", p.m)
+    copy_b, offset_b = _staging(spec, e, "b", p.n)
+    issue = [copy_a, copy_b]
     full_steps = spec.rows_per_chunk // rg
     consume = [
         "(void)row0;  // atb reduces over rows; their position does not matter",
-        f"const {e}* sa = slot_a(slot) + a_shift;",
-        f"const {e}* sb = slot_b(slot) + b_shift;",
+        f"const {e}* sa = slot_a(slot) + {offset_a};",
+        f"const {e}* sb = slot_b(slot) + {offset_b};",
         f"if (rows == {spec.rows_per_chunk}) {{",
         f"  // Full chunk: a compile-time trip count of {full_steps}.",
         f"#pragma unroll {c.unroll}",
@@ -337,7 +359,7 @@ def _emit_ab(spec: KernelSpec) -> str:
             f"// feed {tm * tn} FMAs.",
             f"#pragma unroll {c.unroll}",
             f"for (int m = 0; m < {p.m}; ++m) {{",
-            *[f"  const {e} a{i} = sa[(base + tile_row{i}) * {p.m} + m];" for i in range(tm)],
+            *[f"  const {e} a{i} = sa[(base + tile_row{i}) * {spec.smem_stride(p.m)} + m];" for i in range(tm)],
             *[f"  const {e} c{j} = {c_read.format(n=p.n, j=j)};" for j in range(tn)],
             *["  " + line for i in range(tm) for j in range(tn) for line in ar.fma(f"acc_{i}_{j}", f"a{i}", f"c{j}")],
             "}",
@@ -350,9 +372,10 @@ def _emit_ab(spec: KernelSpec) -> str:
                 lines.append(f"if ({' && '.join(guards)}) {line}" if guards else line)
         return lines
 
-    issue = [f"tsmm_stage_copy<{e}, {spec.threads}>(slot_a(slot), a + row0 * {p.m}, a_shift, rows * {p.m});"]
+    copy_a, offset_a = _staging(spec, e, "a", p.m)
+    issue = [copy_a]
     consume = [
-        f"const {e}* sa = slot_a(slot) + a_shift;",
+        f"const {e}* sa = slot_a(slot) + {offset_a};",
         f"if (rows == {spec.rows_per_chunk}) {{",
         f"  // Full chunk: {passes} passes of the block's row tiles.",
         f"  for (int pass = 0; pass < {passes}; ++pass) {{",

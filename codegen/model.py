@@ -2,7 +2,9 @@
 
 The products are memory-bound, so the model aims for (1) enough bytes in flight
 per SM to cover DRAM latency, (2) few shared-memory loads per FMA (a square-ish
-register tile), and (3) register use that keeps two blocks resident.
+register tile) without bank conflicts (padded rows), (3) several rows per
+thread per stage so the pipeline's fixed cost is amortized, (4) sector-wide
+stores for ab, and (5) register use that keeps two blocks resident.
 """
 
 from __future__ import annotations
@@ -13,9 +15,12 @@ import math
 from .spec import Config, InvalidSpec, KernelSpec, Problem, validate
 
 TARGET_THREADS = 256
-STAGE_BYTES = 16 * 1024  # ~3 stages x 2 blocks in flight per SM covers Hopper's latency
+MIN_THREADS = 128
+STAGE_BYTES = 32 * 1024  # 3 stages x 2 blocks per SM: ~128 KiB in flight covers Hopper's latency
 STAGES = 3
 BLOCKS_PER_SM = 2
+ROWS_PER_THREAD = 4  # per stage, at least, for atb
+SECTOR_BYTES = 32  # ab: neighbouring threads store at least one full sector of a row
 SHARED_BUDGET = 112 * 1024  # two blocks per SM
 C_SHARED_LIMIT = 48 * 1024
 
@@ -42,34 +47,43 @@ def default_config(problem: Problem) -> Config:
     widest = _widest_tile(problem)
     if problem.op == "atb":
         tile_m, tile_n = _split(problem.m, widest), _split(problem.n, widest)
-        tiles = math.ceil(problem.m / tile_m) * math.ceil(problem.n / tile_n)
-        row_groups = max(1, round(TARGET_THREADS / tiles))
         row_bytes = (problem.m + problem.n) * problem.element_bytes
+        stage_rows = max(1, STAGE_BYTES // row_bytes)
+        while True:  # narrower tiles where a block would have too few threads
+            tiles = math.ceil(problem.m / tile_m) * math.ceil(problem.n / tile_n)
+            row_groups = max(1, min(round(TARGET_THREADS / tiles), stage_rows // ROWS_PER_THREAD))
+            if tiles * row_groups >= MIN_THREADS or tile_m == 1:
+                break
+            tile_m = _split(problem.m, math.ceil(tile_m / 2))
         rows = _rows_per_stage(problem, row_bytes, row_groups)
         config = Config(tile_m=tile_m, tile_n=tile_n, row_groups=row_groups, rows_per_stage=rows,
-                        stages=STAGES, unroll=4, blocks_per_sm=BLOCKS_PER_SM)
+                        stages=STAGES, unroll=4, padded=True, blocks_per_sm=BLOCKS_PER_SM)
     else:
-        tile_n = _split(problem.n, widest)
+        # Columns: enough threads side by side that a row's stores fill sectors.
+        lanes = min(problem.n, max(1, SECTOR_BYTES // problem.element_bytes))
+        tile_n = _split(math.ceil(problem.n / lanes), widest)
         lanes = math.ceil(problem.n / tile_n)
+        # Rows: a tile of about widest²/4 accumulators.
+        tile_m = max(1, min(widest, widest * widest // 4 // tile_n))
         row_groups = max(1, round(TARGET_THREADS / lanes))
-        # A stage must hold one pass of the block's row tiles: fewer rows per
-        # thread (then fewer row groups) when rows of A are long.
+        # A stage must hold one pass of the block's row tiles.
         stage_rows = max(1, STAGE_BYTES // (problem.m * problem.element_bytes))
-        row_groups = min(row_groups, stage_rows)
-        tile_m = max(1, min(widest, stage_rows // row_groups))
+        tile_m = max(1, min(tile_m, stage_rows // row_groups))
+        row_groups = max(1, min(row_groups, stage_rows // tile_m))
         rows = _rows_per_stage(problem, problem.m * problem.element_bytes, row_groups * tile_m)
         # A large C would crowd out the stages: read it through L1 instead.
         c_bytes = problem.m * problem.n * problem.element_bytes
         c_source = "shared" if c_bytes <= C_SHARED_LIMIT else "global"
         config = Config(tile_m=tile_m, tile_n=tile_n, row_groups=row_groups, rows_per_stage=rows,
-                        stages=STAGES, unroll=min(problem.m, 4), c_source=c_source,
+                        stages=STAGES, unroll=min(problem.m, 4), c_source=c_source, padded=True,
                         blocks_per_sm=BLOCKS_PER_SM)
     return _shrink_to_fit(problem, config)
 
 
 def _shrink_to_fit(problem: Problem, config: Config) -> Config:
-    """Halve the stage, then the row groups, until the spec passes the hardware
-    limits with room for two blocks per SM; raise InvalidSpec if nothing fits."""
+    """Shrink what binds (atb's reduction buffer: the row groups; the ring: the
+    stage) until the spec passes the hardware limits with room for two blocks
+    per SM; raise InvalidSpec if nothing fits."""
     while True:
         spec = KernelSpec(problem, config)
         try:
@@ -80,15 +94,17 @@ def _shrink_to_fit(problem: Problem, config: Config) -> Config:
             pass
         per_pass = config.row_groups * (config.tile_m if problem.op == "ab" else 1)
         granule = math.lcm(per_pass, problem.vector_elements)
-        if config.rows_per_stage > granule:
+        ring_binds = spec.reduction_bytes <= spec.config.stages * spec.stage_bytes
+        if ring_binds and config.rows_per_stage > granule:
             rows = max(granule, config.rows_per_stage // 2 // granule * granule)
             config = dataclasses.replace(config, rows_per_stage=rows)
         elif config.row_groups > 1:
             row_groups = config.row_groups // 2
             per_pass = row_groups * (config.tile_m if problem.op == "ab" else 1)
+            granule = math.lcm(per_pass, problem.vector_elements)
             config = dataclasses.replace(
                 config, row_groups=row_groups,
-                rows_per_stage=math.lcm(per_pass, problem.vector_elements))
+                rows_per_stage=max(granule, config.rows_per_stage // granule * granule))
         else:
             validate(spec)  # raises with the reason
             raise InvalidSpec(f"{spec.name}: needs {spec.shared_bytes} bytes of shared memory")

@@ -74,6 +74,10 @@ class Config:
                      loaded while stage i is used (leap-frogging).
     unroll           unroll depth of the row loop.
     c_source         ab only: where C is read from, "shared" or "global".
+    padded           stage rows of even width at an odd stride (one element of
+                     padding), so threads reading the same column of different
+                     rows hit different banks; such rows are copied element by
+                     element instead of in 16-byte vectors.
     blocks_per_sm    launch parameter: resident blocks per SM to aim for.
     """
 
@@ -85,6 +89,7 @@ class Config:
     stages: int = 3
     unroll: int = 1
     c_source: str = "shared"
+    padded: bool = False
     blocks_per_sm: int = 2
 
 
@@ -115,14 +120,26 @@ class KernelSpec:
         """Rows of the long axis one block consumes per pipeline step."""
         return self.config.rows_per_stage
 
+    def is_padded(self, width: int) -> bool:
+        """Whether a staged operand of this row width is laid out with padding."""
+        return self.config.padded and width % 2 == 0
+
+    def smem_stride(self, width: int) -> int:
+        """Elements between staged rows of an operand of this width."""
+        return width + 1 if self.is_padded(width) else width
+
     def stage_elements(self) -> tuple[int, int]:
-        """Elements of the A window and of the B window in one stage, each padded
-        to whole 16-byte vectors plus one vector for the alignment shift."""
+        """Elements of the A and B areas of one stage, each a whole number of 16-byte
+        vectors: padded rows, or the aligned window (one vector of slack for the shift)."""
         p, c = self.problem, self.config
         vec = p.vector_elements
-        a = _round_up(c.rows_per_stage * p.m, vec) + vec
-        b = _round_up(c.rows_per_stage * p.n, vec) + vec if p.op == "atb" else 0
-        return a, b
+
+        def area(width: int) -> int:
+            if self.is_padded(width):
+                return _round_up(c.rows_per_stage * self.smem_stride(width), vec)
+            return _round_up(c.rows_per_stage * width, vec) + vec
+
+        return area(p.m), area(p.n) if p.op == "atb" else 0
 
     @property
     def stage_bytes(self) -> int:
