@@ -47,9 +47,10 @@ def candidates(problem: Problem, limit: int = 16) -> list[Config]:
     """Up to ``limit`` valid configurations, best-scored first, the model's default among them."""
     found = {}
     inner = _tile_widths(problem.m) if problem.op == "atb" else [1, 2, 4, 8]
-    for tile_m, tile_n, row_groups, stage_bytes, stages, mapping, unroll, blocks in itertools.product(
+    paddings = (True, False) if problem.m % 2 == 0 or (problem.op == "atb" and problem.n % 2 == 0) else (False,)
+    for tile_m, tile_n, row_groups, stage_bytes, stages, mapping, unroll, blocks, padded in itertools.product(
         inner, _tile_widths(problem.n), (1, 2, 4, 8, 16, 32, 64, 128, 256),
-        STAGE_BYTES, (2, 3, 4), ("interleaved", "blocked"), (1, 2, 4), (1, 2, 3, 4),
+        STAGE_BYTES, (2, 3, 4), ("interleaved", "blocked"), (1, 2, 4), (1, 2, 3, 4), paddings,
     ):
         per_pass = row_groups * (tile_m if problem.op == "ab" else 1)
         row_bytes = (problem.m + (problem.n if problem.op == "atb" else 0)) * problem.element_bytes
@@ -59,7 +60,7 @@ def candidates(problem: Problem, limit: int = 16) -> list[Config]:
         config = Config(tile_m=tile_m, tile_n=tile_n, mapping=mapping, row_groups=row_groups,
                         rows_per_stage=rows, stages=stages, unroll=unroll,
                         c_source="shared" if c_bytes <= 48 * 1024 else "global",
-                        blocks_per_sm=blocks)
+                        padded=padded, blocks_per_sm=blocks)
         spec = KernelSpec(problem, config)
         if not 64 <= spec.threads <= 1024:
             continue
@@ -73,7 +74,7 @@ def candidates(problem: Problem, limit: int = 16) -> list[Config]:
     # a shape (unroll, mapping and blocks per SM matter less than those).
     ranked, seen = [], set()
     for config in sorted(found, key=found.get, reverse=True):
-        shape = (config.tile_m, config.tile_n, config.row_groups, config.rows_per_stage, config.stages)
+        shape = (config.tile_m, config.tile_n, config.row_groups, config.rows_per_stage, config.stages, config.padded)
         if shape not in seen:
             seen.add(shape)
             ranked.append(config)

@@ -32,7 +32,7 @@ for item in "$@"; do
     suite) step suite python3 -m pytest -q -p no:cacheprovider ;;
     sanitize) step sanitize scripts/sanitize.sh ;;
     bench) step bench python3 -m jax_tsmm.bench $args --json "$OUT/bench.json" --plot "$OUT/bench.png" ;;
-    tune) step tune python3 -m jax_tsmm.tune $args ;;
+    tune) step tune python3 -m jax_tsmm.tune $args; cp jax_tsmm/tuning/*.json "$OUT/" ;;
     *) echo "unknown step $name" >> "$summary" ;;
   esac
   tail -25 "$OUT/$name.log"
