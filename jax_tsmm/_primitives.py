@@ -204,8 +204,21 @@ def _ab_transpose_c(ct, a, c, *, conj):
 # --- registration ------------------------------------------------------------
 
 
+def _eager_impl(prim):
+    """Eager calls run the primitive through jit (as lax's do). Under
+    ``jax.disable_jit`` that jit would call bind, and bind this impl, forever:
+    jit is re-enabled for the one call."""
+    jitted = jax.jit(prim.bind, static_argnames="conj")
+
+    def impl(*args, conj):
+        with jax.disable_jit(False):
+            return jitted(*args, conj=conj)
+
+    return impl
+
+
 def _register(prim, abstract_eval, xla_impl, batch_rule, transpose_lhs, transpose_rhs):
-    prim.def_impl(jax.jit(prim.bind, static_argnames="conj"))
+    prim.def_impl(_eager_impl(prim))
     prim.def_abstract_eval(abstract_eval)
     mlir.register_lowering(prim, mlir.lower_fun(xla_impl, multiple_results=False))
     batching.primitive_batchers[prim] = batch_rule

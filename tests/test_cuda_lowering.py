@@ -79,22 +79,23 @@ def _fake_nvcc(tmp_path, compile_body: str) -> str:
     return str(script)
 
 
-def _run(env_extra: dict) -> subprocess.CompletedProcess:
+def _run(env_extra: dict, cwd) -> subprocess.CompletedProcess:
+    """A fresh process (empty in-memory caches), away from the source tree."""
     env = dict(os.environ, **env_extra)
-    return subprocess.run([sys.executable, "-c", _NEW_SHAPE], env=env, capture_output=True, text=True)
+    return subprocess.run([sys.executable, "-c", _NEW_SHAPE], env=env, cwd=cwd, capture_output=True, text=True)
 
 
 @needs_nvcc
 def test_disk_cache_serves_a_second_process(tmp_path):
     cache = tmp_path / "cache"
     nvcc = _fake_nvcc(tmp_path, f'exec {_kernels.nvcc()} "$@"')
-    first = _run({"JAX_TSMM_CACHE_DIR": str(cache), "JAX_TSMM_NVCC": nvcc})
+    first = _run({"JAX_TSMM_CACHE_DIR": str(cache), "JAX_TSMM_NVCC": nvcc}, tmp_path)
     assert first.returncode == 0, first.stderr
     cubins = list(cache.glob("*.cubin"))
     assert len(cubins) == 1 and "m29_n31" in cubins[0].name
     compiles = lambda: [c for c in (tmp_path / "calls").read_text().splitlines() if "-cubin" in c]
     assert len(compiles()) == 1
-    second = _run({"JAX_TSMM_CACHE_DIR": str(cache), "JAX_TSMM_NVCC": nvcc})
+    second = _run({"JAX_TSMM_CACHE_DIR": str(cache), "JAX_TSMM_NVCC": nvcc}, tmp_path)
     assert second.returncode == 0, second.stderr
     assert len(compiles()) == 1  # nothing compiled the second time
 
@@ -102,7 +103,7 @@ def test_disk_cache_serves_a_second_process(tmp_path):
 @needs_nvcc
 def test_broken_compiler_is_a_python_error(tmp_path):
     nvcc = _fake_nvcc(tmp_path, 'echo "fatal: this compiler is broken" >&2; exit 1')
-    result = _run({"JAX_TSMM_CACHE_DIR": str(tmp_path / "cache"), "JAX_TSMM_NVCC": nvcc})
+    result = _run({"JAX_TSMM_CACHE_DIR": str(tmp_path / "cache"), "JAX_TSMM_NVCC": nvcc}, tmp_path)
     assert result.returncode != 0
     assert "KernelBuildError" in result.stderr
     assert "this compiler is broken" in result.stderr
