@@ -13,12 +13,13 @@ so every CI run draws the same examples.
 from __future__ import annotations
 
 import os
-import shutil
 import sys
 from pathlib import Path
 
 import jax
 import pytest
+
+from jax_tsmm import _kernels
 from hypothesis import HealthCheck, settings
 
 jax.config.update("jax_enable_x64", True)
@@ -50,10 +51,10 @@ def has_gpu() -> bool:
 
 
 def has_nvcc() -> bool:
-    if shutil.which("nvcc"):
-        return True
-    cuda_home = os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH") or "/usr/local/cuda"
-    return os.path.exists(os.path.join(cuda_home, "bin", "nvcc"))
+    try:
+        return bool(_kernels.nvcc())
+    except _kernels.KernelBuildError:
+        return False
 
 
 def pytest_report_header(config):

@@ -5,11 +5,11 @@ for sm_90."""
 from __future__ import annotations
 
 import dataclasses
-import shutil
 import subprocess
 
 import pytest
 
+from jax_tsmm import _kernels
 from jax_tsmm.codegen import Config, InvalidSpec, KernelSpec, Problem, default_config, module_source, validate
 from jax_tsmm.codegen.prebuilt import prebuilt_specs
 
@@ -94,14 +94,14 @@ def test_names_identify_the_source():
 def _nvcc_compile(specs, tmp_path):
     source = tmp_path / "sample.cu"
     source.write_text(module_source(specs))
-    command = ["nvcc", "-cubin", "-arch=sm_90", "-O3", "-Werror", "all-warnings",
+    command = [_kernels.nvcc(), "-cubin", "-arch=sm_90", "-O3", "-Werror", "all-warnings",
                "-o", str(tmp_path / "sample.cubin"), str(source)]
     result = subprocess.run(command, capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
     return result
 
 
-@pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
+@pytest.mark.nvcc
 def test_sample_compiles_for_sm90_without_warnings(tmp_path):
     specs = _sample_specs()
     options = {(s.config.mapping, s.config.c_source, s.config.stages, s.problem.op) for s in specs}
@@ -111,7 +111,7 @@ def test_sample_compiles_for_sm90_without_warnings(tmp_path):
     _nvcc_compile(specs, tmp_path)
 
 
-@pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
+@pytest.mark.nvcc
 def test_prebuilt_set_is_distinct_and_compiles(tmp_path):
     specs = prebuilt_specs()
     assert len({s.name for s in specs}) == len(specs)

@@ -20,16 +20,6 @@ from jax_tsmm import _kernels
 pytestmark = pytest.mark.skipif(_kernels.extension() is None, reason="package built without CUDA")
 
 
-def _has_nvcc() -> bool:
-    try:
-        return bool(_kernels.nvcc())
-    except _kernels.KernelBuildError:
-        return False
-
-
-needs_nvcc = pytest.mark.skipif(not _has_nvcc(), reason="needs nvcc")
-
-
 def cuda_hlo(fn, *args) -> str:
     return jax.jit(fn).trace(*args).lower(lowering_platforms=("cuda",)).as_text()
 
@@ -85,7 +75,7 @@ def _run(env_extra: dict, cwd) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-c", _NEW_SHAPE], env=env, cwd=cwd, capture_output=True, text=True)
 
 
-@needs_nvcc
+@pytest.mark.nvcc
 def test_disk_cache_serves_a_second_process(tmp_path):
     cache = tmp_path / "cache"
     nvcc = _fake_nvcc(tmp_path, f'exec {_kernels.nvcc()} "$@"')
@@ -100,7 +90,7 @@ def test_disk_cache_serves_a_second_process(tmp_path):
     assert len(compiles()) == 1  # nothing compiled the second time
 
 
-@needs_nvcc
+@pytest.mark.nvcc
 def test_broken_compiler_is_a_python_error(tmp_path):
     nvcc = _fake_nvcc(tmp_path, 'echo "fatal: this compiler is broken" >&2; exit 1')
     result = _run({"JAX_TSMM_CACHE_DIR": str(tmp_path / "cache"), "JAX_TSMM_NVCC": nvcc}, tmp_path)
