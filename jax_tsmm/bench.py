@@ -30,6 +30,9 @@ import jax_tsmm
 from jax_tsmm import _cuda, _dispatch, _kernels
 
 GIB = 1 << 30
+# Rough upper bounds of current GPUs, only to size the timing loops of the ceilings.
+NOMINAL_BANDWIDTH = 5e12
+NOMINAL_FLOPS = 100e12
 DEFAULT_PAIRS = ((1, 8), (8, 1), (4, 16), (16, 4), (2, 32), (32, 2), (3, 7), (7, 3), (64, 8), (8, 64), (13, 48), (48, 13))
 
 
@@ -56,16 +59,14 @@ def _timed_loop(op, operand_sets, reps: int):
     return lambda: run(operand_sets)
 
 
-def seconds_per_call(op, operand_sets, *, min_seconds: float = 0.02, repeats: int = 5) -> float:
-    """Median time of one call, from loops long enough to dwarf the launch of the loop."""
-    probe = _timed_loop(op, operand_sets, 1)
-    jax.block_until_ready(probe())  # compile, warm up
-    start = time.perf_counter()
-    jax.block_until_ready(probe())
-    once = max(time.perf_counter() - start, 1e-6) / len(operand_sets)
-    reps = max(1, min(1000, math.ceil(min_seconds / once / len(operand_sets))))
+def seconds_per_call(op, operand_sets, expected_seconds: float, *, min_seconds: float = 0.02,
+                     repeats: int = 5) -> float:
+    """Median time of one call, from loops of at least ``min_seconds`` at the
+    ``expected_seconds`` per call (a lower bound such as the roofline; a slower
+    call only lengthens the loop). One compile per measurement."""
+    reps = max(1, min(1000, math.ceil(min_seconds / expected_seconds / len(operand_sets))))
     loop = _timed_loop(op, operand_sets, reps)
-    jax.block_until_ready(loop())
+    jax.block_until_ready(loop())  # compile, warm up
     samples = []
     for _ in range(repeats):
         start = time.perf_counter()
@@ -90,17 +91,17 @@ def measure_ceilings() -> dict:
     # persistent grid); the fastest is the ceiling.
     read_s = min(
         seconds_per_call(jax.ffi.ffi_call("tsmm_stream_read", jax.ShapeDtypeStruct((blocks,), jnp.float64)),
-                         [(v,) for v in x])
+                         [(v,) for v in x], 2 * GIB / NOMINAL_BANDWIDTH)
         for blocks in (vectors // 256, vectors // 1024, vectors // 4096, 132 * 16)
     )
-    copy_s = seconds_per_call(copy, [(v,) for v in x])
+    copy_s = seconds_per_call(copy, [(v,) for v in x], 4 * GIB / NOMINAL_BANDWIDTH)
     del x
     peaks = {}
     for dtype in (jnp.float64, jnp.float32):
         size = 8192
         a = jax.random.normal(jax.random.key(3), (size, size), dtype)
         matmul = lambda p, q: jnp.matmul(p, q, precision=lax.Precision.HIGHEST)
-        peaks[np.dtype(dtype).name] = 2 * size**3 / seconds_per_call(matmul, [(a, a)])
+        peaks[np.dtype(dtype).name] = 2 * size**3 / seconds_per_call(matmul, [(a, a)], 2 * size**3 / NOMINAL_FLOPS)
     return {
         "read_bytes_per_s": 2 * GIB / read_s,
         "copy_bytes_per_s": 2 * 2 * GIB / copy_s,
@@ -150,10 +151,10 @@ def bench_shape(op: str, dtype, m: int, n: int, k: int, ceilings: dict) -> dict:
     second = (k, n) if op == "atb" else (m, n)
     sets = [(_random(keys[2 * i], (k, m), dtype), _random(keys[2 * i + 1], second, dtype)) for i in range(2)]
     ours, xla = _operations(op)
-    ours_s = seconds_per_call(ours, sets)
-    xla_s = seconds_per_call(xla, sets)
-    del sets
     best = roofline_seconds(op, dtype, m, n, k, ceilings)
+    ours_s = seconds_per_call(ours, sets, best)
+    xla_s = seconds_per_call(xla, sets, best)
+    del sets
     return {
         "op": op, "dtype": np.dtype(dtype).name, "M": m, "N": n, "K": k,
         "tsmm_s": ours_s, "xla_s": xla_s,

@@ -43,14 +43,14 @@ def tune_problem(problem: Problem, ceilings: dict, limit: int, arch: str) -> lis
         second = (k, problem.n) if problem.op == "atb" else (problem.m, problem.n)
         sets = [(bench._random(keys[2 * i], (k, problem.m), dtype), bench._random(keys[2 * i + 1], second, dtype))
                 for i in range(2)]
-        xla_s = bench.seconds_per_call(xla, sets)
+        roof = bench.roofline_seconds(problem.op, dtype, problem.m, problem.n, k, ceilings)
+        xla_s = bench.seconds_per_call(xla, sets, roof)
         timings = []
         for config in configs:
             spec = KernelSpec(problem, config)
             with _dispatch.forced(spec):  # each timing traces a fresh jitted loop
-                timings.append((bench.seconds_per_call(ours, sets), config))
+                timings.append((bench.seconds_per_call(ours, sets, roof), config))
         best_s, best = min(timings, key=lambda t: t[0])
-        roof = bench.roofline_seconds(problem.op, dtype, problem.m, problem.n, k, ceilings)
         entries.append({
             "k_min": k_min, "k_tuned": k,
             "config": dataclasses.asdict(best) if best_s < xla_s else None,
