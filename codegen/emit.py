@@ -105,26 +105,34 @@ def _indent(lines: list[str], depth: int) -> str:
     return "\n".join(pad + line if line else "" for line in lines)
 
 
-def _tile_indices(name: str, owner: str, tile: int, tiles: int, extent: int, mapping: str) -> list[str]:
+def _tile_indices(name: str, owner: str, tile: int, tiles: int, extent: int, mapping: str,
+                  offset: str | None = None, total: int | None = None) -> list[str]:
     """Declare the `tile` indices a thread owns along one axis of length `extent`.
 
     Interleaved (transposed) mapping: index owner + i*tiles, so neighbouring
     threads touch neighbouring shared-memory words (no bank conflicts).
     Blocked: owner*tile + i. Indices past the end are clamped for reading and
-    masked when storing; that guard appears only when tiles*tile > extent."""
+    masked when storing; that guard appears only when tiles*tile > extent, or
+    when the axis is one panel (starting at run-time `offset`) of `total`."""
     lines = []
+    if offset is not None:
+        lines.append(f"const int {name}_last = min({offset} + {extent}, {total}) - 1;  // clamp inside the panel")
     for i in range(tile):
-        index = f"{owner} + {i * tiles}" if mapping == "interleaved" else f"{owner} * {tile} + {i}"
-        if tiles * tile > extent:
-            lines.append(f"const int {name}{i} = min({index}, {extent - 1});")
-            lines.append(f"const bool {name}{i}_valid = {index} < {extent};")
+        local = f"{owner} + {i * tiles}" if mapping == "interleaved" else f"{owner} * {tile} + {i}"
+        if offset is not None:
+            inside = [f"{offset} + {local} < {total}"] + ([f"{local} < {extent}"] if tiles * tile > extent else [])
+            lines.append(f"const int {name}{i} = min({offset} + {local}, {name}_last);")
+            lines.append(f"const bool {name}{i}_valid = {' && '.join(inside)};")
+        elif tiles * tile > extent:
+            lines.append(f"const int {name}{i} = min({local}, {extent - 1});")
+            lines.append(f"const bool {name}{i}_valid = {local} < {extent};")
         else:
-            lines.append(f"const int {name}{i} = {index};")
+            lines.append(f"const int {name}{i} = {local};")
     return lines
 
 
-def _valid(name: str, i: int, tiles: int, tile: int, extent: int) -> str | None:
-    return f"{name}{i}_valid" if tiles * tile > extent else None
+def _valid(name: str, i: int, tiles: int, tile: int, extent: int, paneled: bool = False) -> str | None:
+    return f"{name}{i}_valid" if paneled or tiles * tile > extent else None
 
 
 def _staging(spec: KernelSpec, elem: str, operand: str, width: int) -> tuple[str, str]:
@@ -213,6 +221,10 @@ def _emit_atb(spec: KernelSpec) -> str:
     tiles = tiles_m * tiles_n
     a_elems, b_elems = spec.stage_elements()
     mn = p.m * p.n
+    pm = spec.panel_m
+    pmn = pm * p.n  # one row group's share of the block-local reduction
+    paneled = c.m_panels > 1
+    local_m = "(col_a{i} - m0)" if paneled else "col_a{i}"
     rg = c.row_groups
 
     body = _block_prologue(spec, ar, "b")
@@ -223,7 +235,9 @@ def _emit_atb(spec: KernelSpec) -> str:
         f"const int row_group = tid / {tiles};",
         f"const int tile_m = tile % {tiles_m};",
         f"const int tile_n = tile / {tiles_m};",
-        *_tile_indices("col_a", "tile_m", tm, tiles_m, p.m, c.mapping),
+        *([f"const int m0 = blockIdx.y * {pm};  // this block's panel of the result's rows"] if paneled else []),
+        *_tile_indices("col_a", "tile_m", tm, tiles_m, pm, c.mapping,
+                       offset="m0" if paneled else None, total=p.m),
         *_tile_indices("col_b", "tile_n", tn, tiles_n, p.n, c.mapping),
         "",
         "// Register tile of partial sums over this thread's rows.",
@@ -263,7 +277,7 @@ def _emit_atb(spec: KernelSpec) -> str:
         lines = []
         for i in range(tm):
             for j in range(tn):
-                guards = [g for g in (_valid("col_a", i, tiles_m, tm, p.m), _valid("col_b", j, tiles_n, tn, p.n)) if g]
+                guards = [g for g in (_valid("col_a", i, tiles_m, tm, pm, paneled), _valid("col_b", j, tiles_n, tn, p.n)) if g]
                 line = action.format(i=i, j=j)
                 lines.append(f"if ({' && '.join(guards)}) {line}" if guards else line)
         return lines
@@ -280,7 +294,7 @@ def _emit_atb(spec: KernelSpec) -> str:
         body += [
             f"{e}* reduce = reinterpret_cast<{e}*>(tsmm_smem);",
             "if (row_group > 0) {",
-            *["  " + line for line in each_output(f"reduce[(row_group - 1) * {mn} + col_a{{i}} * {p.n} + col_b{{j}}] = acc_{{i}}_{{j}};")],
+            *["  " + line for line in each_output(f"reduce[(row_group - 1) * {pmn} + {local_m} * {p.n} + col_b{{j}}] = acc_{{i}}_{{j}};")],
             "}",
             "__syncthreads();",
         ]
@@ -288,7 +302,7 @@ def _emit_atb(spec: KernelSpec) -> str:
         "if (row_group == 0) {",
     ]
     if rg > 1:
-        add = ar.add(f"acc_{{i}}_{{j}}", f"reduce[(g - 1) * {mn} + col_a{{i}} * {p.n} + col_b{{j}}]")
+        add = ar.add(f"acc_{{i}}_{{j}}", f"reduce[(g - 1) * {pmn} + {local_m} * {p.n} + col_b{{j}}]")
         body += [
             f"  for (int g = 1; g < {rg}; ++g) {{",
             *["    " + f"acc_{i}_{j} = " + add.format(i=i, j=j) + ";" for i in range(tm) for j in range(tn)],

@@ -42,22 +42,33 @@ def _rows_per_stage(problem: Problem, row_bytes: int, granule: int) -> int:
     return max(granule, rows // granule * granule)
 
 
+def _atb_config(problem: Problem, m_panels: int, widest: int) -> Config:
+    panel_m = math.ceil(problem.m / m_panels)
+    tile_m, tile_n = _split(panel_m, widest), _split(problem.n, widest)
+    row_bytes = (problem.m + problem.n) * problem.element_bytes
+    stage_rows = max(1, STAGE_BYTES // row_bytes)
+    while True:  # narrower tiles where a block would have too few threads
+        tiles = math.ceil(panel_m / tile_m) * math.ceil(problem.n / tile_n)
+        row_groups = max(1, min(round(TARGET_THREADS / tiles), stage_rows // ROWS_PER_THREAD))
+        if tiles * row_groups >= MIN_THREADS or tile_m == 1:
+            break
+        tile_m = _split(panel_m, math.ceil(tile_m / 2))
+    rows = _rows_per_stage(problem, row_bytes, row_groups)
+    return Config(tile_m=tile_m, tile_n=tile_n, row_groups=row_groups, rows_per_stage=rows,
+                  stages=STAGES, unroll=4, padded=True, m_panels=m_panels, blocks_per_sm=BLOCKS_PER_SM)
+
+
 def default_config(problem: Problem) -> Config:
     """A valid configuration for ``problem`` from the model above."""
     widest = _widest_tile(problem)
     if problem.op == "atb":
-        tile_m, tile_n = _split(problem.m, widest), _split(problem.n, widest)
-        row_bytes = (problem.m + problem.n) * problem.element_bytes
-        stage_rows = max(1, STAGE_BYTES // row_bytes)
-        while True:  # narrower tiles where a block would have too few threads
-            tiles = math.ceil(problem.m / tile_m) * math.ceil(problem.n / tile_n)
-            row_groups = max(1, min(round(TARGET_THREADS / tiles), stage_rows // ROWS_PER_THREAD))
-            if tiles * row_groups >= MIN_THREADS or tile_m == 1:
-                break
-            tile_m = _split(problem.m, math.ceil(tile_m / 2))
-        rows = _rows_per_stage(problem, row_bytes, row_groups)
-        config = Config(tile_m=tile_m, tile_n=tile_n, row_groups=row_groups, rows_per_stage=rows,
-                        stages=STAGES, unroll=4, padded=True, blocks_per_sm=BLOCKS_PER_SM)
+        # More panels (blocks along M) only when one block cannot hold the result.
+        for m_panels in range(1, problem.m + 1):
+            try:
+                return _shrink_to_fit(problem, _atb_config(problem, m_panels, widest))
+            except InvalidSpec:
+                if m_panels == problem.m:
+                    raise
     else:
         # Columns: enough threads side by side that a row's stores fill sectors.
         lanes = min(problem.n, max(1, SECTOR_BYTES // problem.element_bytes))

@@ -78,6 +78,9 @@ class Config:
                      padding), so threads reading the same column of different
                      rows hit different banks; such rows are copied element by
                      element instead of in 16-byte vectors.
+    m_panels         atb only: the M rows of the result are split into this many
+                     panels, one per blockIdx.y, when one block's registers
+                     cannot hold all of them (each panel streams A and B again).
     blocks_per_sm    launch parameter: resident blocks per SM to aim for.
     """
 
@@ -90,6 +93,7 @@ class Config:
     unroll: int = 1
     c_source: str = "shared"
     padded: bool = False
+    m_panels: int = 1
     blocks_per_sm: int = 2
 
 
@@ -101,10 +105,15 @@ class KernelSpec:
     # -- derived geometry (used by emitters, validation and the launcher) --
 
     @property
+    def panel_m(self) -> int:
+        """atb: rows of the result one block computes (all M unless split into panels)."""
+        return _ceil_div(self.problem.m, self.config.m_panels)
+
+    @property
     def tiles_m(self) -> int:
-        """atb: tiles along M. ab: threads along N (each holding tile_n columns)."""
+        """atb: tiles along a panel of M. ab: threads along N (each holding tile_n columns)."""
         p, c = self.problem, self.config
-        return _ceil_div(p.m, c.tile_m) if p.op == "atb" else _ceil_div(p.n, c.tile_n)
+        return _ceil_div(self.panel_m, c.tile_m) if p.op == "atb" else _ceil_div(p.n, c.tile_n)
 
     @property
     def tiles_n(self) -> int:
@@ -156,7 +165,7 @@ class KernelSpec:
     @property
     def reduction_bytes(self) -> int:
         p = self.problem
-        return (self.config.row_groups - 1) * p.m * p.n * p.element_bytes if p.op == "atb" else 0
+        return (self.config.row_groups - 1) * self.panel_m * p.n * p.element_bytes if p.op == "atb" else 0
 
     @property
     def shared_bytes(self) -> int:
@@ -211,7 +220,10 @@ def validate(spec: KernelSpec) -> None:
         errors.append(f"mapping must be 'interleaved' or 'blocked', got {c.mapping!r}")
     if c.c_source not in ("shared", "global"):
         errors.append(f"c_source must be 'shared' or 'global', got {c.c_source!r}")
-    inner_m = p.m if p.op == "atb" else c.rows_per_stage
+    if not 1 <= c.m_panels <= (p.m if p.op == "atb" else 1):
+        errors.append(f"m_panels {c.m_panels} must lie in 1..M for atb and be 1 for ab")
+        raise InvalidSpec(f"{spec.name}: " + "; ".join(errors))
+    inner_m = spec.panel_m if p.op == "atb" else c.rows_per_stage
     if not (1 <= c.tile_m <= inner_m and 1 <= c.tile_n <= p.n):
         errors.append(f"tile {c.tile_m}x{c.tile_n} does not fit the problem")
     if c.row_groups < 1 or c.stages < 2 or c.unroll < 1 or c.blocks_per_sm < 1:

@@ -27,6 +27,7 @@ enum class Op { kAtb, kAb };
 constexpr int kMaxThreadsPerBlock = 1024;
 constexpr int kFinalizeThreads = 256;
 constexpr int64_t kMaxGridBlocks = std::numeric_limits<int32_t>::max();  // gridDim.x
+constexpr int32_t kMaxGridY = 65535;  // gridDim.y
 // The most XLA's scratch allocator accepts; its blocks start 256-byte aligned anyway.
 constexpr size_t kScratchAlignment = 16;
 constexpr uintptr_t kVectorAlignment = 16;
@@ -67,17 +68,19 @@ struct KernelAttrs {
   int32_t shared_bytes;
   int64_t rows_per_chunk;
   int32_t blocks_per_sm;
+  int32_t m_panels;  // atb: blocks side by side along M (blockIdx.y), each a panel of rows of the result
 };
 
 ffi::Error CheckAttrs(const KernelAttrs& attrs) {
   if (attrs.kernel.empty() || attrs.threads < 1 || attrs.threads > kMaxThreadsPerBlock ||
-      attrs.shared_bytes < 0 || attrs.rows_per_chunk < 1 || attrs.blocks_per_sm < 1) {
+      attrs.shared_bytes < 0 || attrs.rows_per_chunk < 1 || attrs.blocks_per_sm < 1 ||
+      attrs.m_panels < 1 || attrs.m_panels > kMaxGridY) {
     return ffi::Error::InvalidArgument(
         "jax_tsmm: bad launch attributes for kernel '" + std::string(attrs.kernel) +
         "': threads " + std::to_string(attrs.threads) + ", shared_bytes " +
         std::to_string(attrs.shared_bytes) + ", rows_per_chunk " +
         std::to_string(attrs.rows_per_chunk) + ", blocks_per_sm " +
-        std::to_string(attrs.blocks_per_sm));
+        std::to_string(attrs.blocks_per_sm) + ", m_panels " + std::to_string(attrs.m_panels));
   }
   return ffi::Error::Success();
 }
@@ -161,11 +164,11 @@ std::vector<BatchAxis> MergedBatchAxes(Dims a_dims, Dims b_dims, Dims out_dims) 
   return merged;
 }
 
-ffi::Error Launch(const void* function, int64_t blocks, int threads, int shared_bytes,
+ffi::Error Launch(const void* function, int64_t blocks, int panels, int threads, int shared_bytes,
                   TsmmArgs& args, cudaStream_t stream, std::string_view name,
                   std::string_view library) {
   void* params[] = {&args};
-  cudaError_t error = cudaLaunchKernel(function, dim3(static_cast<unsigned int>(blocks)),
+  cudaError_t error = cudaLaunchKernel(function, dim3(static_cast<unsigned int>(blocks), panels),
                                        dim3(threads), params, shared_bytes, stream);
   if (error == cudaSuccess) error = cudaGetLastError();
   if (error != cudaSuccess) return CudaFailure("cudaLaunchKernel", name, library, error);
@@ -252,8 +255,8 @@ ffi::Error Tsmm(Op op, cudaStream_t stream, ffi::ScratchAllocator& scratch, ffi:
     return CudaFailure("cudaFuncSetAttribute(MaxDynamicSharedMemorySize)", attrs.kernel,
                        attrs.library, error);
   }
-  if (ffi::Error error = Launch(kernel.main, blocks, attrs.threads, attrs.shared_bytes, args,
-                                stream, attrs.kernel, attrs.library);
+  if (ffi::Error error = Launch(kernel.main, blocks, attrs.m_panels, attrs.threads,
+                                attrs.shared_bytes, args, stream, attrs.kernel, attrs.library);
       error.failure()) {
     return error;
   }
@@ -262,24 +265,24 @@ ffi::Error Tsmm(Op op, cudaStream_t stream, ffi::ScratchAllocator& scratch, ffi:
   if (finalize_blocks > kMaxGridBlocks) {
     return ffi::Error::InvalidArgument("jax_tsmm: result too large for one finalize launch");
   }
-  return Launch(kernel.finalize, finalize_blocks, kFinalizeThreads, 0, args, stream,
+  return Launch(kernel.finalize, finalize_blocks, 1, kFinalizeThreads, 0, args, stream,
                 std::string(attrs.kernel) + "_finalize", attrs.library);
 }
 
 ffi::Error TsmmAtbImpl(cudaStream_t stream, ffi::ScratchAllocator scratch, ffi::AnyBuffer a,
                        ffi::AnyBuffer b, ffi::Result<ffi::AnyBuffer> out, std::string_view kernel,
                        std::string_view library, int32_t threads, int32_t shared_bytes,
-                       int64_t rows_per_chunk, int32_t blocks_per_sm) {
+                       int64_t rows_per_chunk, int32_t blocks_per_sm, int32_t m_panels) {
   return Tsmm(Op::kAtb, stream, scratch, a, b, *out,
-              {kernel, library, threads, shared_bytes, rows_per_chunk, blocks_per_sm});
+              {kernel, library, threads, shared_bytes, rows_per_chunk, blocks_per_sm, m_panels});
 }
 
 ffi::Error TsmmAbImpl(cudaStream_t stream, ffi::ScratchAllocator scratch, ffi::AnyBuffer a,
                       ffi::AnyBuffer c, ffi::Result<ffi::AnyBuffer> out, std::string_view kernel,
                       std::string_view library, int32_t threads, int32_t shared_bytes,
-                      int64_t rows_per_chunk, int32_t blocks_per_sm) {
+                      int64_t rows_per_chunk, int32_t blocks_per_sm, int32_t m_panels) {
   return Tsmm(Op::kAb, stream, scratch, a, c, *out,
-              {kernel, library, threads, shared_bytes, rows_per_chunk, blocks_per_sm});
+              {kernel, library, threads, shared_bytes, rows_per_chunk, blocks_per_sm, m_panels});
 }
 
 auto TsmmBinding() {
@@ -294,7 +297,8 @@ auto TsmmBinding() {
       .Attr<int32_t>("threads")
       .Attr<int32_t>("shared_bytes")
       .Attr<int64_t>("rows_per_chunk")
-      .Attr<int32_t>("blocks_per_sm");
+      .Attr<int32_t>("blocks_per_sm")
+      .Attr<int32_t>("m_panels");
 }
 
 bool VectorAligned(const void* pointer) {

@@ -65,6 +65,7 @@ def _lowering(op: str, target: str, xla_impl):
             shared_bytes=np.int32(spec.shared_bytes),
             rows_per_chunk=np.int64(spec.rows_per_chunk),
             blocks_per_sm=np.int32(spec.config.blocks_per_sm),
+            m_panels=np.int32(spec.config.m_panels),
         )
 
     return rule

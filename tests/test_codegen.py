@@ -33,27 +33,23 @@ def _sample_specs() -> list[KernelSpec]:
         (Problem("ab", "float64", 5, 11), Config(tile_m=2, tile_n=4, mapping="blocked", row_groups=16, rows_per_stage=64, stages=2, c_source="global")),
         (Problem("ab", "complex128", 9, 6, conj=True), Config(tile_m=1, tile_n=2, row_groups=32, rows_per_stage=64, stages=4, unroll=3)),
         (Problem("ab", "float32", 64, 1), Config(tile_m=4, tile_n=1, row_groups=64, rows_per_stage=256, stages=3, c_source="global")),
+        (Problem("atb", "float64", 9, 6), Config(tile_m=2, tile_n=3, row_groups=16, rows_per_stage=32, padded=True, m_panels=2)),
+        (Problem("atb", "complex128", 100, 90), default_config(Problem("atb", "complex128", 100, 90))),
     ]
     return specs + [KernelSpec(p, c) for p, c in variants]
 
 
-def test_every_width_gets_a_valid_default_or_a_reason():
-    """All (M, N) up to 128: the model's choice validates, or the spec is rejected with
-    InvalidSpec (dispatch then uses XLA's dot); only very wide complex128 atb is rejected."""
-    rejected = []
+def test_every_width_gets_a_valid_default():
+    """All (M, N) up to 128, every op and dtype: the model's choice validates; wide
+    complex128 atb splits the result into panels of rows."""
     for op in ("atb", "ab"):
         for dtype in DTYPES:
             for m in range(1, 129, 3):
                 for n in range(1, 129, 5):
                     problem = Problem(op, dtype, m, n)
-                    try:
-                        validate(KernelSpec(problem, default_config(problem)))
-                    except InvalidSpec:
-                        rejected.append(problem)
-    assert all(p.op == "atb" and p.dtype == "complex128" and p.m * p.n > 4096 for p in rejected)
-    assert all(
-        Problem("atb", "complex128", m, n) not in rejected for m in range(1, 65) for n in range(1, 65) if m * n <= 4096
-    )
+                    config = default_config(problem)
+                    validate(KernelSpec(problem, config))
+                    assert config.m_panels == 1 or (dtype == "complex128" and m * n > 4096)
 
 
 @pytest.mark.parametrize(
@@ -65,6 +61,7 @@ def test_every_width_gets_a_valid_default_or_a_reason():
         (dict(stages=1), "stages"),
         (dict(mapping="diagonal"), "mapping"),
         (dict(c_source="texture"), "c_source"),
+        (dict(m_panels=9), "m_panels"),
         (dict(rows_per_stage=32768, row_groups=32), "shared memory"),
     ],
 )

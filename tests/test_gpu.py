@@ -8,10 +8,6 @@ NaN first, so an output element the kernel fails to write shows up as NaN.
 from __future__ import annotations
 
 import itertools
-import os
-import subprocess
-import sys
-import textwrap
 
 import jax
 import jax.numpy as jnp
@@ -20,6 +16,7 @@ import pytest
 
 import jax_tsmm
 from jax_tsmm import _cuda, _dispatch, _kernels
+from jax_tsmm.codegen import Config, KernelSpec, Problem
 from reference import assert_close, random_operand
 
 pytestmark = pytest.mark.gpu
@@ -185,3 +182,17 @@ def test_64_bit_indexing():
     tail = slice(k - 1000, k)  # rows whose offsets exceed 2**31 elements
     want_tail = np.asarray(a[tail], np.float64) @ np.asarray(c, np.float64)
     np.testing.assert_allclose(np.asarray(out[tail]), want_tail, rtol=1e-5, atol=1e-5)
+
+
+def test_result_split_into_panels():
+    """Where one block's registers cannot hold M x N, blocks split M into panels."""
+    rng = np.random.default_rng()
+    a, b = operands(rng, "atb", "complex128", 5003, 100, 90)
+    assert _dispatch.select("atb", "complex128", 100, 90, 5003, 0, True, _cuda.arch()).config.m_panels > 1
+    assert_close(run("atb", a, b, True), a, b, op="atb", conj=True)
+    problem = Problem("atb", "float64", 9, 6)
+    forced = KernelSpec(problem, Config(tile_m=2, tile_n=3, row_groups=16, rows_per_stage=32, padded=True, m_panels=2))
+    a, b = operands(rng, "atb", "float64", 30011, 9, 6, (2,), (1,))
+    with _dispatch.forced(forced):
+        out = run("atb", a, b)
+    assert_close(out, a, b, op="atb")
