@@ -54,6 +54,12 @@ __device__ __forceinline__ void tsmm_stage_copy_rows(T* dst, const T* src, int r
   }
 }
 
+// D += A B on the FP64 tensor cores, one m8n8k4 step (fragments as in the PTX ISA).
+__device__ __forceinline__ void tsmm_dmma(double& d0, double& d1, double a, double b) {
+  asm volatile("mma.sync.aligned.m8n8k4.row.col.f64.f64.f64.f64 {%0,%1}, {%2}, {%3}, {%0,%1};\n"
+               : "+d"(d0), "+d"(d1) : "d"(a), "d"(b));
+}
+
 // Elements a pointer lies past the previous 16-byte boundary.
 template <typename T>
 __device__ __forceinline__ int tsmm_misalignment(const T* p) {
@@ -213,22 +219,54 @@ def _pipeline(spec: KernelSpec, issue: list[str], consume: list[str]) -> list[st
 
 
 def _emit_atb(spec: KernelSpec) -> str:
-    p, c = spec.problem, spec.config
     ar = _Arith(spec)
+    body, outputs = (_atb_mma_body if spec.config.mma else _atb_fma_body)(spec, ar)
+    body += _atb_block_reduction(spec, ar, outputs)
+    return _kernels(spec, [(spec.name, spec.threads, body), (spec.name + "_finalize", None, _atb_finalize(spec, ar))])
+
+
+def _atb_slots(spec: KernelSpec, e: str) -> list[str]:
+    a_elems, _ = spec.stage_elements()
+    return [
+        f"auto slot_a = [&](int slot) {{ return reinterpret_cast<{e}*>(tsmm_smem + slot * {spec.stage_bytes}); }};",
+        f"auto slot_b = [&](int slot) {{ return reinterpret_cast<{e}*>(tsmm_smem + slot * {spec.stage_bytes} + {a_elems * spec.problem.element_bytes}); }};",
+    ]
+
+
+def _atb_consume(spec: KernelSpec, e: str, step_rows: int) -> tuple[list[str], list[str]]:
+    """(issue, consume) for the ring: `row_step(sa, sb, r, guard)` covers `step_rows`
+    rows from r; row groups take turns."""
+    p, c = spec.problem, spec.config
+    rg = c.row_groups
+    copy_a, offset_a = _staging(spec, e, "a", p.m)
+    copy_b, offset_b = _staging(spec, e, "b", p.n)
+    full_steps = spec.rows_per_chunk // (rg * step_rows)
+    consume = [
+        "(void)row0;  // atb reduces over rows; their position does not matter",
+        f"const {e}* sa = slot_a(slot) + {offset_a};",
+        f"const {e}* sb = slot_b(slot) + {offset_b};",
+        f"if (rows == {spec.rows_per_chunk}) {{",
+        f"  // Full chunk: a compile-time trip count of {full_steps}.",
+        f"#pragma unroll {c.unroll}",
+        f"  for (int i = 0; i < {full_steps}; ++i) row_step(sa, sb, (row_group + i * {rg}) * {step_rows}, {spec.rows_per_chunk});",
+        "} else {",
+        f"  for (int r = row_group * {step_rows}; r < rows; r += {rg * step_rows}) row_step(sa, sb, r, rows);",
+        "}",
+    ]
+    return [copy_a, copy_b], consume
+
+
+def _atb_fma_body(spec: KernelSpec, ar: _Arith) -> tuple[list[str], list[tuple[str, str, str, str | None]]]:
+    """Register tiles on the FMA units: each thread an outer product per row."""
+    p, c = spec.problem, spec.config
     e = ar.elem
     tm, tn = c.tile_m, c.tile_n
     tiles_m, tiles_n = spec.tiles_m, spec.tiles_n
     tiles = tiles_m * tiles_n
-    a_elems, b_elems = spec.stage_elements()
-    mn = p.m * p.n
     pm = spec.panel_m
-    pmn = pm * p.n  # one row group's share of the block-local reduction
     paneled = c.m_panels > 1
-    local_m = "(col_a{i} - m0)" if paneled else "col_a{i}"
     rg = c.row_groups
-
-    body = _block_prologue(spec, ar, "b")
-    body += [
+    body = _block_prologue(spec, ar, "b") + [
         "",
         f"// Thread place: register tile ({tm}x{tn}) `tile` of the M x N result, rows `row_group` mod {rg}.",
         f"const int tile = tid % {tiles};",
@@ -243,46 +281,91 @@ def _emit_atb(spec: KernelSpec) -> str:
         "// Register tile of partial sums over this thread's rows.",
         *[f"{e} acc_{i}_{j} = {ar.zero()};" for i in range(tm) for j in range(tn)],
         "",
-        f"auto slot_a = [&](int slot) {{ return reinterpret_cast<{e}*>(tsmm_smem + slot * {spec.stage_bytes}); }};",
-        f"auto slot_b = [&](int slot) {{ return reinterpret_cast<{e}*>(tsmm_smem + slot * {spec.stage_bytes} + {a_elems * p.element_bytes}); }};",
+        *_atb_slots(spec, e),
         "",
         "// One row: the outer product of op(A)'s and B's slices, straight from shared memory.",
-        f"auto row_step = [&](const {e}* sa, const {e}* sb, int r) {{",
+        f"auto row_step = [&](const {e}* sa, const {e}* sb, int r, int) {{",
         *[f"  const {e} a{i} = sa[r * {spec.smem_stride(p.m)} + col_a{i}];" for i in range(tm)],
         *[f"  const {e} b{j} = sb[r * {spec.smem_stride(p.n)} + col_b{j}];" for j in range(tn)],
         *["  " + line for i in range(tm) for j in range(tn) for line in ar.fma(f"acc_{i}_{j}", f"a{i}", f"b{j}")],
         "};",
         "",
     ]
-    copy_a, offset_a = _staging(spec, e, "a", p.m)
-    copy_b, offset_b = _staging(spec, e, "b", p.n)
-    issue = [copy_a, copy_b]
-    full_steps = spec.rows_per_chunk // rg
-    consume = [
-        "(void)row0;  // atb reduces over rows; their position does not matter",
-        f"const {e}* sa = slot_a(slot) + {offset_a};",
-        f"const {e}* sb = slot_b(slot) + {offset_b};",
-        f"if (rows == {spec.rows_per_chunk}) {{",
-        f"  // Full chunk: a compile-time trip count of {full_steps}.",
-        f"#pragma unroll {c.unroll}",
-        f"  for (int i = 0; i < {full_steps}; ++i) row_step(sa, sb, row_group + i * {rg});",
-        "} else {",
-        f"  for (int r = row_group; r < rows; r += {rg}) row_step(sa, sb, r);",
-        "}",
-    ]
+    issue, consume = _atb_consume(spec, e, 1)
     body += _pipeline(spec, issue, consume)
+    outputs = []
+    for i in range(tm):
+        for j in range(tn):
+            guards = [g for g in (_valid("col_a", i, tiles_m, tm, pm, paneled), _valid("col_b", j, tiles_n, tn, p.n)) if g]
+            outputs.append((f"acc_{i}_{j}", f"col_a{i}", f"col_b{j}", " && ".join(guards) or None))
+    return body, outputs
 
-    def each_output(action: str) -> list[str]:
-        """`action` for every element of the register tile, guarded where the tile overhangs."""
-        lines = []
-        for i in range(tm):
-            for j in range(tn):
-                guards = [g for g in (_valid("col_a", i, tiles_m, tm, pm, paneled), _valid("col_b", j, tiles_n, tn, p.n)) if g]
-                line = action.format(i=i, j=j)
-                lines.append(f"if ({' && '.join(guards)}) {line}" if guards else line)
-        return lines
 
-    body += [
+def _atb_mma_body(spec: KernelSpec, ar: _Arith) -> tuple[list[str], list[tuple[str, str, str, str | None]]]:
+    """FP64 tensor cores (DMMA, mma.sync m8n8k4): each warp owns tile_m x tile_n
+    8x8 blocks of the result and consumes 4 rows per step; row groups of warps
+    take turns over the rows. Twice the FMA units' rate, for the wide shapes
+    that turn compute-bound on them."""
+    p, c = spec.problem, spec.config
+    tm, tn = c.tile_m, c.tile_n
+    warps_m, warps_n = spec.tiles_m, spec.tiles_n
+    warps = warps_m * warps_n
+    sa_stride, sb_stride = spec.smem_stride(p.m), spec.smem_stride(p.n)
+    body = _block_prologue(spec, ar, "b") + [
+        "",
+        f"// Thread place: warp (warp_m, warp_n) owns {tm}x{tn} blocks of 8x8; warps in row",
+        f"// group g take the 4-row steps g, g+{c.row_groups}, ... of each stage.",
+        "const int lane = tid % 32;",
+        f"const int warp = tid / 32 % {warps};",
+        f"const int row_group = tid / {32 * warps};",
+        f"const int warp_m = warp % {warps_m};",
+        f"const int warp_n = warp / {warps_m};",
+        "// PTX m8n8k4 f64 fragments: A (8x4, row) holds [lane/4][lane%4], B (4x8, col)",
+        "// [lane%4][lane/4], D (8x8) [lane/4][2*(lane%4) + h]. Columns past M or N are",
+        "// clamped for reading; their results are never stored.",
+        "const int frag_k = lane % 4;",
+        *[f"const int col_a{i} = min((warp_m * {tm} + {i}) * 8 + lane / 4, {p.m - 1});" for i in range(tm)],
+        *[f"const int col_b{j} = min((warp_n * {tn} + {j}) * 8 + lane / 4, {p.n - 1});" for j in range(tn)],
+        "",
+        *[f"double acc_{i}_{j}_{h} = 0;" for i in range(tm) for j in range(tn) for h in range(2)],
+        "",
+        *_atb_slots(spec, "double"),
+        "",
+        "// Four rows: one DMMA per 8x8 block; rows past `rows` (the last chunk) count as zero.",
+        "auto row_step = [&](const double* sa, const double* sb, int r, int rows) {",
+        "  const bool inside = r + frag_k < rows;",
+        *[f"  const double a{i} = inside ? sa[(r + frag_k) * {sa_stride} + col_a{i}] : 0.0;" for i in range(tm)],
+        *[f"  const double b{j} = inside ? sb[(r + frag_k) * {sb_stride} + col_b{j}] : 0.0;" for j in range(tn)],
+        *[f"  tsmm_dmma(acc_{i}_{j}_0, acc_{i}_{j}_1, a{i}, b{j});" for i in range(tm) for j in range(tn)],
+        "};",
+        "",
+    ]
+    issue, consume = _atb_consume(spec, "double", 4)
+    body += _pipeline(spec, issue, consume)
+    outputs = []
+    for i in range(tm):
+        for j in range(tn):
+            for h in range(2):
+                m = f"((warp_m * {tm} + {i}) * 8 + lane / 4)"
+                n = f"((warp_n * {tn} + {j}) * 8 + 2 * (lane % 4) + {h})"
+                outputs.append((f"acc_{i}_{j}_{h}", m, n, f"{m} < {p.m} && {n} < {p.n}"))
+    return body, outputs
+
+
+def _atb_block_reduction(spec: KernelSpec, ar: _Arith, outputs) -> list[str]:
+    """Row groups 1.. leave their partial sums in shared memory (the drained ring);
+    row group 0 adds them in a fixed order and writes one partial per block."""
+    p, c = spec.problem, spec.config
+    e = ar.elem
+    rg = c.row_groups
+    mn = p.m * p.n
+    pmn = spec.panel_m * p.n  # one row group's share
+    local = (lambda m: f"({m} - m0)") if c.m_panels > 1 else (lambda m: m)
+
+    def each(action) -> list[str]:
+        return [f"if ({guard}) {action(acc, m, n)}" if guard else action(acc, m, n) for acc, m, n, guard in outputs]
+
+    body = [
         "",
         f"// Block-local reduction: row groups 1..{rg - 1} leave their tiles in shared memory",
         "// (the drained ring); row group 0 adds them in a fixed order, so results are",
@@ -291,29 +374,31 @@ def _emit_atb(spec: KernelSpec) -> str:
         f"{e}* partial = static_cast<{e}*>(args.partials) + static_cast<long long>(blockIdx.x) * {mn};",
     ]
     if rg > 1:
+        slot = lambda group, m, n: f"reduce[({group} - 1) * {pmn} + {local(m)} * {p.n} + {n}]"
         body += [
             f"{e}* reduce = reinterpret_cast<{e}*>(tsmm_smem);",
             "if (row_group > 0) {",
-            *["  " + line for line in each_output(f"reduce[(row_group - 1) * {pmn} + {local_m} * {p.n} + col_b{{j}}] = acc_{{i}}_{{j}};")],
+            *["  " + line for line in each(lambda acc, m, n: f"{slot('row_group', m, n)} = {acc};")],
             "}",
             "__syncthreads();",
-        ]
-    body += [
-        "if (row_group == 0) {",
-    ]
-    if rg > 1:
-        add = ar.add(f"acc_{{i}}_{{j}}", f"reduce[(g - 1) * {pmn} + {local_m} * {p.n} + col_b{{j}}]")
-        body += [
+            "if (row_group == 0) {",
             f"  for (int g = 1; g < {rg}; ++g) {{",
-            *["    " + f"acc_{i}_{j} = " + add.format(i=i, j=j) + ";" for i in range(tm) for j in range(tn)],
+            *["    " + line for line in each(lambda acc, m, n: f"{acc} = {ar.add(acc, slot('g', m, n))};")],
             "  }",
         ]
+    else:
+        body += ["{"]
     body += [
-        *["  " + line for line in each_output(f"partial[col_a{{i}} * {p.n} + col_b{{j}}] = acc_{{i}}_{{j}};")],
+        *["  " + line for line in each(lambda acc, m, n: f"partial[{m} * {p.n} + {n}] = {acc};")],
         "}",
     ]
+    return body
 
-    finalize = [
+
+def _atb_finalize(spec: KernelSpec, ar: _Arith) -> list[str]:
+    e = ar.elem
+    mn = spec.problem.m * spec.problem.n
+    return [
         "// Second stage of the deterministic reduction: each batch item's grid_k",
         "// partials are added in chunk order, one thread per output element.",
         "const long long idx = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x;",
@@ -324,7 +409,6 @@ def _emit_atb(spec: KernelSpec) -> str:
         f"for (long long g = 1; g < args.grid_k; ++g) sum = {ar.add('sum', f'partial[g * {mn}]')};",
         f"static_cast<{e}*>(args.out)[idx] = sum;",
     ]
-    return _kernels(spec, [(spec.name, spec.threads, body), (spec.name + "_finalize", None, finalize)])
 
 
 def _emit_ab(spec: KernelSpec) -> str:
@@ -334,7 +418,7 @@ def _emit_ab(spec: KernelSpec) -> str:
     tm, tn = c.tile_m, c.tile_n  # rows of A x columns of C per thread
     lanes = spec.tiles_m  # threads side by side along N
     rg = c.row_groups
-    rows_per_pass = rg * tm
+    rows_per_pass = spec.rows_per_pass
     passes = spec.rows_per_chunk // rows_per_pass
     c_bytes = spec.c_shared_bytes
 

@@ -23,6 +23,8 @@ ROWS_PER_THREAD = 4  # per stage, at least, for atb
 SECTOR_BYTES = 32  # ab: neighbouring threads store at least one full sector of a row
 SHARED_BUDGET = 112 * 1024  # two blocks per SM
 C_SHARED_LIMIT = 48 * 1024
+# float64 atb wider than 16 x 16 turns compute-bound on the FMA units: use DMMA.
+MMA_MIN_OUTPUTS = 16 * 16
 
 
 def _split(extent: int, widest: int) -> int:
@@ -58,9 +60,27 @@ def _atb_config(problem: Problem, m_panels: int, widest: int) -> Config:
                   stages=STAGES, unroll=4, padded=True, m_panels=m_panels, blocks_per_sm=BLOCKS_PER_SM)
 
 
+def _atb_mma_config(problem: Problem) -> Config:
+    """DMMA: each warp 2x4 blocks of 8x8 (16 accumulators a thread; 4x4 past 64x64,
+    so that the warps' registers fit one SM), enough row groups of warps for
+    ~TARGET_THREADS threads."""
+    blocks_m, blocks_n = math.ceil(problem.m / 8), math.ceil(problem.n / 8)
+    tile_m, tile_n = min(blocks_m, 2 if blocks_m * blocks_n <= 64 else 4), min(blocks_n, 4)
+    warps = math.ceil(blocks_m / tile_m) * math.ceil(blocks_n / tile_n)
+    probe = KernelSpec(problem, Config(tile_m=tile_m, tile_n=tile_n, mma=True, rows_per_stage=4, row_groups=1))
+    row_bytes = (probe.smem_stride(problem.m) + probe.smem_stride(problem.n)) * problem.element_bytes
+    stage_rows = max(4, STAGE_BYTES // row_bytes)
+    row_groups = max(1, min(TARGET_THREADS // (32 * warps), stage_rows // (4 * ROWS_PER_THREAD)))
+    rows = max(4 * row_groups, stage_rows // (4 * row_groups) * (4 * row_groups))
+    return Config(tile_m=tile_m, tile_n=tile_n, mapping="blocked", row_groups=row_groups, rows_per_stage=rows,
+                  stages=STAGES, unroll=2, mma=True, blocks_per_sm=BLOCKS_PER_SM)
+
+
 def default_config(problem: Problem) -> Config:
     """A valid configuration for ``problem`` from the model above."""
     widest = _widest_tile(problem)
+    if problem.op == "atb" and problem.dtype == "float64" and problem.m * problem.n > MMA_MIN_OUTPUTS:
+        return _shrink_to_fit(problem, _atb_mma_config(problem))
     if problem.op == "atb":
         # More panels (blocks along M) only when one block cannot hold the result.
         for m_panels in range(1, problem.m + 1):
@@ -103,16 +123,15 @@ def _shrink_to_fit(problem: Problem, config: Config) -> Config:
                 return config
         except InvalidSpec:
             pass
-        per_pass = config.row_groups * (config.tile_m if problem.op == "ab" else 1)
-        granule = math.lcm(per_pass, problem.vector_elements)
+        granule = math.lcm(spec.rows_per_pass, problem.vector_elements)
         ring_binds = spec.reduction_bytes <= spec.config.stages * spec.stage_bytes
         if ring_binds and config.rows_per_stage > granule:
             rows = max(granule, config.rows_per_stage // 2 // granule * granule)
             config = dataclasses.replace(config, rows_per_stage=rows)
         elif config.row_groups > 1:
             row_groups = config.row_groups // 2
-            per_pass = row_groups * (config.tile_m if problem.op == "ab" else 1)
-            granule = math.lcm(per_pass, problem.vector_elements)
+            smaller = KernelSpec(problem, dataclasses.replace(config, row_groups=row_groups))
+            granule = math.lcm(smaller.rows_per_pass, problem.vector_elements)
             config = dataclasses.replace(
                 config, row_groups=row_groups,
                 rows_per_stage=max(granule, config.rows_per_stage // granule * granule))

@@ -43,6 +43,29 @@ def score(spec: KernelSpec) -> float:
     return reuse * latency * useful * min(1.0, warps / 16)
 
 
+def _mma_candidates(problem: Problem) -> dict[Config, float]:
+    """DMMA configurations (float64 atb), scored like the rest with the tensor cores'
+    doubled rate counted as twice the reuse."""
+    found = {}
+    for tile_m, tile_n, row_groups, stage_bytes, stages, blocks in itertools.product(
+        (1, 2, 4), (1, 2, 4), (1, 2, 4, 8), STAGE_BYTES, (2, 3, 4), (1, 2, 3),
+    ):
+        probe = KernelSpec(problem, Config(tile_m=1, tile_n=1, mma=True, rows_per_stage=4, row_groups=1))
+        row_bytes = (probe.smem_stride(problem.m) + probe.smem_stride(problem.n)) * problem.element_bytes
+        per_pass = 4 * row_groups
+        rows = max(per_pass, stage_bytes // row_bytes // per_pass * per_pass)
+        config = Config(tile_m=tile_m, tile_n=tile_n, mapping="blocked", row_groups=row_groups,
+                        rows_per_stage=rows, stages=stages, unroll=2, mma=True, blocks_per_sm=blocks)
+        spec = KernelSpec(problem, config)
+        try:
+            validate(spec)
+        except InvalidSpec:
+            continue
+        if 64 <= spec.threads and _occupancy_ok(spec):
+            found[config] = 2 * score(spec)
+    return found
+
+
 def candidates(problem: Problem, limit: int = 16) -> list[Config]:
     """Up to ``limit`` valid configurations, best-scored first, the model's default among them."""
     found = {}
@@ -70,11 +93,14 @@ def candidates(problem: Problem, limit: int = 16) -> list[Config]:
             continue
         if _occupancy_ok(spec):
             found[config] = score(spec)
+    if problem.op == "atb" and problem.dtype == "float64":
+        found.update(_mma_candidates(problem))
     # Best first, but one per tile/thread/stage shape before any second variant of
     # a shape (unroll, mapping and blocks per SM matter less than those).
     ranked, seen = [], set()
     for config in sorted(found, key=found.get, reverse=True):
-        shape = (config.tile_m, config.tile_n, config.row_groups, config.rows_per_stage, config.stages, config.padded)
+        shape = (config.tile_m, config.tile_n, config.row_groups, config.rows_per_stage, config.stages,
+                 config.padded, config.mma)
         if shape not in seen:
             seen.add(shape)
             ranked.append(config)

@@ -78,6 +78,9 @@ class Config:
                      padding), so threads reading the same column of different
                      rows hit different banks; such rows are copied element by
                      element instead of in 16-byte vectors.
+    mma              atb float64 only: FP64 tensor cores (mma.sync m8n8k4); then
+                     tile_m x tile_n counts 8x8 blocks per warp and a row
+                     group is a set of warps taking 4-row steps.
     m_panels         atb only: the M rows of the result are split into this many
                      panels, one per blockIdx.y, when one block's registers
                      cannot hold all of them (each panel streams A and B again).
@@ -93,6 +96,7 @@ class Config:
     unroll: int = 1
     c_source: str = "shared"
     padded: bool = False
+    mma: bool = False
     m_panels: int = 1
     blocks_per_sm: int = 2
 
@@ -111,18 +115,31 @@ class KernelSpec:
 
     @property
     def tiles_m(self) -> int:
-        """atb: tiles along a panel of M. ab: threads along N (each holding tile_n columns)."""
+        """atb: tiles along a panel of M (with mma: warps along M). ab: threads along N
+        (each holding tile_n columns)."""
         p, c = self.problem, self.config
+        if c.mma:
+            return _ceil_div(_ceil_div(p.m, 8), c.tile_m)
         return _ceil_div(self.panel_m, c.tile_m) if p.op == "atb" else _ceil_div(p.n, c.tile_n)
 
     @property
     def tiles_n(self) -> int:
         p, c = self.problem, self.config
+        if c.mma:
+            return _ceil_div(_ceil_div(p.n, 8), c.tile_n)
         return _ceil_div(p.n, c.tile_n) if p.op == "atb" else 1
 
     @property
     def threads(self) -> int:
-        return self.tiles_m * self.tiles_n * self.config.row_groups
+        return self.tiles_m * self.tiles_n * self.config.row_groups * (32 if self.config.mma else 1)
+
+    @property
+    def rows_per_pass(self) -> int:
+        """Rows one pass of all the block's threads covers; stages hold whole passes."""
+        c = self.config
+        if c.mma:
+            return 4 * c.row_groups
+        return c.row_groups * (c.tile_m if self.problem.op == "ab" else 1)
 
     @property
     def rows_per_chunk(self) -> int:
@@ -131,11 +148,16 @@ class KernelSpec:
 
     def is_padded(self, width: int) -> bool:
         """Whether a staged operand of this row width is laid out with padding."""
-        return self.config.padded and width % 2 == 0
+        return self.smem_stride(width) != width
 
     def smem_stride(self, width: int) -> int:
-        """Elements between staged rows of an operand of this width."""
-        return width + 1 if self.is_padded(width) else width
+        """Elements between staged rows of an operand of this width. FMA tiles read one
+        column of many rows: an odd stride. DMMA fragments read 4 rows x 8 columns
+        of doubles: a stride of 4 or 12 modulo 16 puts all 16 of a half-warp in
+        distinct bank pairs."""
+        if self.config.mma:
+            return next(s for s in range(width, width + 16) if s % 16 in (4, 12))
+        return width + 1 if self.config.padded and width % 2 == 0 else width
 
     def stage_elements(self) -> tuple[int, int]:
         """Elements of the A and B areas of one stage, each a whole number of 16-byte
@@ -179,7 +201,7 @@ class KernelSpec:
         row step, plus a fixed allowance for addresses, indices and the loader."""
         p, c = self.problem, self.config
         words = (2 if p.real_type == "double" else 1) * p.components
-        accumulators = c.tile_m * c.tile_n * words
+        accumulators = c.tile_m * c.tile_n * words * (2 if c.mma else 1)
         operands = (c.tile_m + c.tile_n) * words
         return accumulators + operands + 40
 
@@ -223,12 +245,16 @@ def validate(spec: KernelSpec) -> None:
     if not 1 <= c.m_panels <= (p.m if p.op == "atb" else 1):
         errors.append(f"m_panels {c.m_panels} must lie in 1..M for atb and be 1 for ab")
         raise InvalidSpec(f"{spec.name}: " + "; ".join(errors))
+    if c.mma and (p.op, p.dtype, c.m_panels) != ("atb", "float64", 1):
+        errors.append("mma (DMMA) serves float64 atb without panels only")
+        raise InvalidSpec(f"{spec.name}: " + "; ".join(errors))
     inner_m = spec.panel_m if p.op == "atb" else c.rows_per_stage
-    if not (1 <= c.tile_m <= inner_m and 1 <= c.tile_n <= p.n):
+    tile_limits = (_ceil_div(p.m, 8), _ceil_div(p.n, 8)) if c.mma else (inner_m, p.n)
+    if not (1 <= c.tile_m <= tile_limits[0] and 1 <= c.tile_n <= tile_limits[1]):
         errors.append(f"tile {c.tile_m}x{c.tile_n} does not fit the problem")
     if c.row_groups < 1 or c.stages < 2 or c.unroll < 1 or c.blocks_per_sm < 1:
         errors.append("row_groups, unroll and blocks_per_sm must be >= 1 and stages >= 2")
-    rows_per_pass = c.row_groups * (c.tile_m if p.op == "ab" else 1)
+    rows_per_pass = spec.rows_per_pass
     if c.rows_per_stage < 1 or c.rows_per_stage % rows_per_pass:
         errors.append(
             f"rows_per_stage {c.rows_per_stage} must be a positive multiple of {rows_per_pass} "

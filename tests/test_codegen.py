@@ -35,6 +35,7 @@ def _sample_specs() -> list[KernelSpec]:
         (Problem("ab", "float32", 64, 1), Config(tile_m=4, tile_n=1, row_groups=64, rows_per_stage=256, stages=3, c_source="global")),
         (Problem("atb", "float64", 9, 6), Config(tile_m=2, tile_n=3, row_groups=16, rows_per_stage=32, padded=True, m_panels=2)),
         (Problem("atb", "complex128", 100, 90), default_config(Problem("atb", "complex128", 100, 90))),
+        (Problem("atb", "float64", 30, 9), Config(tile_m=1, tile_n=2, mapping="blocked", row_groups=2, rows_per_stage=24, stages=2, mma=True)),
     ]
     return specs + [KernelSpec(p, c) for p, c in variants]
 
@@ -62,6 +63,7 @@ def test_every_width_gets_a_valid_default():
         (dict(mapping="diagonal"), "mapping"),
         (dict(c_source="texture"), "c_source"),
         (dict(m_panels=9), "m_panels"),
+        (dict(mma=True, m_panels=2), "mma"),
         (dict(rows_per_stage=32768, row_groups=32), "shared memory"),
     ],
 )
@@ -101,6 +103,7 @@ def _nvcc_compile(specs, tmp_path):
 @pytest.mark.nvcc
 def test_sample_compiles_for_sm90_without_warnings(tmp_path):
     specs = _sample_specs()
+    assert any(s.config.mma for s in specs) and any(s.config.m_panels > 1 for s in specs)
     options = {(s.config.mapping, s.config.c_source, s.config.stages, s.problem.op) for s in specs}
     assert {"interleaved", "blocked"} <= {o[0] for o in options}
     assert {"shared", "global"} <= {o[1] for s in specs if s.problem.op == "ab" for o in [(s.config.mapping, s.config.c_source)]}

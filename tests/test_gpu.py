@@ -196,3 +196,14 @@ def test_result_split_into_panels():
     with _dispatch.forced(forced):
         out = run("atb", a, b)
     assert_close(out, a, b, op="atb")
+
+
+@pytest.mark.parametrize("k", [1, 31, 33, 1000, 10**6 + 7])
+def test_tensor_core_path(k):
+    """float64 atb wider than 16x16 runs on the FP64 tensor cores (DMMA)."""
+    rng = np.random.default_rng()
+    assert _dispatch.select("atb", "float64", 64, 40, k, 0, False, _cuda.arch()).config.mma
+    a, b = operands(rng, "atb", "float64", k, 64, 40, (3,), (1,))
+    assert_close(run("atb", a, b), a, b, op="atb")
+    first = np.asarray(run("atb", a, b))
+    assert np.array_equal(np.asarray(run("atb", a, b)), first)
