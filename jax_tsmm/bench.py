@@ -204,6 +204,25 @@ def summary(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def markdown(report: dict) -> str:
+    """The report as Markdown tables (for docs/performance.md)."""
+    c = report["ceilings"]
+    lines = [
+        f"{report['device']}, jax {report['jax']}, {report['date']}. Ceilings: read "
+        f"{c['read_bytes_per_s'] / 1e9:.0f} GB/s, copy {c['copy_bytes_per_s'] / 1e9:.0f} GB/s, "
+        f"FP64 {c['peak_flops']['float64'] / 1e12:.1f} TFLOP/s, FP32 {c['peak_flops']['float32'] / 1e12:.1f} TFLOP/s.",
+        "",
+        "| op | dtype | M | N | K | jax_tsmm ms | % roofline | XLA ms | XLA % | speedup |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in report["rows"] + report["k_sweep"]:
+        lines.append(
+            f"| {r['op']} | {r['dtype']} | {r['M']} | {r['N']} | {r['K']} | {r['tsmm_s'] * 1e3:.3f} | "
+            f"{r['tsmm_pct']:.1f} | {r['xla_s'] * 1e3:.3f} | {r['xla_pct']:.1f} | {r['speedup']:.2f} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
 def plot(rows: list[dict], path: str, device: str) -> None:
     import matplotlib
 
@@ -278,6 +297,8 @@ def main(argv=None) -> None:
     }
     with open(args.json, "w") as f:
         json.dump(report, f, indent=1)
+    with open(args.json.removesuffix(".json") + ".md", "w") as f:
+        f.write(markdown(report))
     if rows:
         plot(rows, args.plot, f"{device.device_kind} ({datetime.date.today()})")
         print(summary(rows))
