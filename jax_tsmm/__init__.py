@@ -1,11 +1,13 @@
 """Tall & skinny matrix products for JAX.
 
 ``atb(a, b, conj=False)``: Aᵀ B (or Aᴴ B), reduced over the long axis.
-``ab(a, c)``: A C with a small C.
+``ab(a, c, out=None, alpha=1, beta=0)``: A C with a small C (beta * out + alpha * A C).
+``linalg``: block Gram–Schmidt and Cholesky-QR built on them.
 """
 
 from jax_tsmm._api import ab, atb
 from jax_tsmm import _cuda  # noqa: F401  (registers the CUDA lowering)
+from jax_tsmm import linalg
 
-__all__ = ["ab", "atb"]
+__all__ = ["ab", "atb", "linalg"]
 __version__ = "0.1.0"

@@ -8,10 +8,12 @@ import numpy as np
 
 from jax_tsmm._primitives import (
     ab_p,
+    ab_update_p,
     atb_p,
     broadcast_batch,
     check_dtypes,
     check_shapes,
+    check_update_operand,
 )
 
 
@@ -54,10 +56,46 @@ def atb(a, b, *, conj: bool = False):
     return atb_p.bind(a, b, conj=conj and jnp.iscomplexobj(a))
 
 
-def ab(a, c):
+def _check_scale(name: str, arg_name: str, x, dtype):
+    """alpha / beta: a static Python (or NumPy) scalar, complex only for complex data."""
+    if isinstance(x, (bool, np.bool_)) or not isinstance(x, (int, float, complex, np.number)):
+        raise TypeError(
+            f"jax_tsmm.{name}: {arg_name} must be a Python scalar (a static parameter), "
+            f"got {type(x).__name__}; scale a traced value outside the call instead"
+        )
+    x = complex(x)
+    if x.imag == 0:
+        return float(x.real)
+    if not jnp.issubdtype(dtype, jnp.complexfloating):
+        raise TypeError(
+            f"jax_tsmm.{name}: {arg_name}={x!r} is complex but the operands are "
+            f"{np.dtype(dtype).name}"
+        )
+    return x
+
+
+def ab(a, c, *, out=None, alpha=1, beta=0):
     """A C for tall & skinny A (..., K, M) and small C (..., M, N); returns (..., K, N).
 
-    Leading batch axes broadcast like ``jnp.matmul``.
+    With ``out`` (an array of exactly the result's shape and dtype) returns
+    ``beta * out + alpha * A C`` as one primitive (``ab_update``); e.g. the
+    projection V − Q C is ``ab(q, c, out=v, alpha=-1, beta=1)``. Like BLAS,
+    ``beta=0`` (the default) does not read ``out``. ``alpha`` and ``beta`` are
+    static Python scalars (each value compiles its own program; complex only
+    for complex operands). JAX arrays are immutable: ``out`` is an input, not
+    written in place. Leading batch axes broadcast like ``jnp.matmul``.
     """
     a, c = _prepare("ab", "a", a, "c", c, "M")
-    return ab_p.bind(a, c, conj=False)
+    alpha = _check_scale("ab", "alpha", alpha, a.dtype)
+    beta = _check_scale("ab", "beta", beta, a.dtype)
+    if out is None:
+        if beta != 0:
+            raise ValueError(f"jax_tsmm.ab: beta={beta!r} needs out")
+        result = ab_p.bind(a, c, conj=False)
+        return result if alpha == 1 else (alpha * result).astype(result.dtype)
+    out = _as_array("ab", "out", out)
+    batch = broadcast_batch("ab", "a", a.shape[:-2], "c", c.shape[:-2])
+    check_update_operand(
+        "ab", "out", out.shape, out.dtype, batch + (a.shape[-2], c.shape[-1]), a.dtype
+    )
+    return ab_update_p.bind(a, c, out, conj=False, alpha=alpha, beta=beta)

@@ -1,6 +1,7 @@
 """The CUDA lowering of both primitives: generated kernels through an XLA FFI call.
 
-Registered for platform "cuda" next to the default lowering; the rules in
+Registered for platform "cuda" on the per-shard primitives (``atb_local_p``,
+``ab_local_p``; see ``_sharding``), next to their default lowering; the rules in
 ``_primitives`` are untouched. Problems no kernel serves (half precision, empty
 or very wide shapes, a build without CUDA) lower to XLA's dot.
 """
@@ -16,7 +17,7 @@ import numpy as np
 from jax.interpreters import mlir
 
 from jax_tsmm import _dispatch, _kernels
-from jax_tsmm._primitives import ab_p, ab_xla, atb_p, atb_xla
+from jax_tsmm._primitives import ab_local_p, ab_update_local_p, ab_xla, atb_local_p, atb_xla
 
 DEFAULT_ARCH = "sm_90"
 
@@ -71,5 +72,26 @@ def _lowering(op: str, target: str, xla_impl):
     return rule
 
 
-mlir.register_lowering(atb_p, _lowering("atb", "tsmm_atb", atb_xla), platform="cuda")
-mlir.register_lowering(ab_p, _lowering("ab", "tsmm_ab", ab_xla), platform="cuda")
+# On the per-shard twins: under SPMD partitioning each device runs its kernel on
+# its own shards (see _sharding).
+mlir.register_lowering(atb_local_p, _lowering("atb", "tsmm_atb", atb_xla), platform="cuda")
+mlir.register_lowering(ab_local_p, _lowering("ab", "tsmm_ab", ab_xla), platform="cuda")
+
+
+# --- ab_update: beta * y + alpha * op(a) c ---------------------------------------
+# For now the ab kernel followed by XLA's elementwise update: one more read of
+# the (K, N) product and of y than a fused one-pass kernel would need (open).
+
+
+def _ab_update_via_ab(a, c, y, *, conj, alpha, beta):
+    prod = ab_local_p.bind(a, c, conj=conj)  # already per shard
+    if alpha != 1:
+        prod = alpha * prod
+    if beta != 0:
+        prod = prod + (y if beta == 1 else beta * y)
+    return prod.astype(y.dtype)
+
+
+mlir.register_lowering(
+    ab_update_local_p, mlir.lower_fun(_ab_update_via_ab, multiple_results=False), platform="cuda"
+)

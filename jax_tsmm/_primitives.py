@@ -8,9 +8,11 @@ The operands of one call have batch shapes of equal rank whose dimensions are
 equal or 1 (a 1 broadcasts without being materialized); the public functions
 in ``jax_tsmm._api`` bring user input into that form.
 
-The two are each other's transposes, so ``grad`` of one runs the other. Every
-platform lowers to XLA's dot here; ``jax_tsmm._cuda`` adds the CUDA lowering
-that calls the generated kernels.
+The two are each other's transposes, so ``grad`` of one runs the other. Each
+lowers, on every platform, through SPMD partitioning (``jax_tsmm._sharding``) to
+a per-shard twin (``atb_local_p``, ``ab_local_p``) on each device's shards. The
+twins lower to XLA's dot here; ``jax_tsmm._cuda`` adds their CUDA lowering that
+calls the generated kernels.
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ import numpy as np
 from jax import lax
 from jax.extend.core import Primitive
 from jax.interpreters import ad, batching, mlir
+
+from jax_tsmm import _sharding
 
 atb_p = Primitive("tsmm_atb")
 ab_p = Primitive("tsmm_ab")
@@ -201,30 +205,165 @@ def _ab_transpose_c(ct, a, c, *, conj):
     return _sum_to_batch(ct_c, c.aval.shape[:-2])
 
 
+# --- ab_update ---------------------------------------------------------------
+#
+# ab_update_p: a (*batch, K, M), c (*batch, M, N), y (*out_batch, K, N)
+#              -> (*out_batch, K, N) = beta * y + alpha * op(a) c
+#
+# ``alpha`` and ``beta`` are static parameters: Python scalars (float, or
+# complex for complex operands), part of the compiled program like ``conj``, so
+# each distinct value compiles once. (A traced scale belongs outside: multiply
+# the operands or the result.) ``y`` has exactly the output's shape, batch axes
+# included (a and c broadcast as in ab_p). With ``beta == 0`` y is not read
+# (BLAS semantics: NaN or Inf in y do not propagate) and gets a zero cotangent.
+# The primitive is bilinear in (a, c) and linear in y; its JVP is itself two
+# ab_update calls, its transposes are ab_p, atb_p and a scale.
+
+
+def _ab_update_abstract_eval(a, c, y, *, conj, alpha, beta):
+    out = _ab_abstract_eval(a, c, conj=conj)
+    check_update_operand("ab", "out", y.shape, y.dtype, out.shape, out.dtype)
+    return out
+
+
+def check_update_operand(name, y_name, y_shape, y_dtype, want_shape, want_dtype) -> None:
+    """The accumulated operand has exactly the result's shape and dtype."""
+    if np.dtype(y_dtype) != np.dtype(want_dtype):
+        raise TypeError(
+            f"jax_tsmm.{name}: {y_name} must have the dtype of the result, "
+            f"{np.dtype(want_dtype).name}, got {np.dtype(y_dtype).name}"
+        )
+    if tuple(y_shape) != tuple(want_shape):
+        raise ValueError(
+            f"jax_tsmm.{name}: {y_name} must have the shape of the result, "
+            f"{tuple(want_shape)}, got {tuple(y_shape)}"
+        )
+
+
+def ab_update_xla(a, c, y, *, conj, alpha, beta):
+    """beta * y + alpha * op(a) c as one XLA expression (dot, scale, add: XLA
+    fuses the elementwise part into the dot's output); accumulated in float32
+    for the half dtypes."""
+    a, c = _broadcast_batches(a, c)
+    batch_axes = tuple(range(a.ndim - 2))
+    acc = lax.dot_general(
+        _maybe_conj(a, conj),
+        c,
+        (((a.ndim - 1,), (c.ndim - 2,)), (batch_axes, batch_axes)),
+        precision=lax.Precision.HIGHEST,
+        preferred_element_type=_accumulation_dtype(a.dtype),
+    )
+    if alpha != 1:
+        acc = alpha * acc
+    if beta != 0:
+        acc = acc + (y.astype(acc.dtype) if beta == 1 else beta * y.astype(acc.dtype))
+    return acc.astype(a.dtype)
+
+
+def _ab_update_batch(args, dims, *, conj, alpha, beta):
+    a, c, y = (_batch_to_front(x, d) for x, d in zip(args, dims))
+    size = next(x.shape[d] for x, d in zip(args, dims) if d is not None)
+    # y carries the output's full shape: an unmapped y is broadcast along the new
+    # axis, and so is the small c where only y is mapped.
+    y = jnp.broadcast_to(y, (size,) + y.shape[1:])
+    if a.shape[0] == 1 and c.shape[0] == 1:
+        c = jnp.broadcast_to(c, (size,) + c.shape[1:])
+    return ab_update_p.bind(a, c, y, conj=conj, alpha=alpha, beta=beta), 0
+
+
+def _ab_update_jvp(primals, tangents, *, conj, alpha, beta):
+    """d(out) = beta dy + alpha (op(da) c + op(a) dc), accumulated by ab_update itself."""
+    a, c, y = primals
+    da, dc, dy = tangents
+    params = dict(conj=conj, alpha=alpha)
+    out = ab_update_p.bind(a, c, y, beta=beta, **params)
+    acc, acc_beta = (dy, beta) if type(dy) is not ad.Zero and beta != 0 else (None, 0)
+    for x, z in ((da, c), (a, dc)):
+        if type(x) is ad.Zero or type(z) is ad.Zero:
+            continue
+        if acc is None:
+            acc = jnp.zeros(out.shape, out.dtype)  # not read: beta=0
+        acc = ab_update_p.bind(x, z, acc, beta=acc_beta, **params)
+        acc_beta = 1
+    if acc is None:
+        return out, ad.Zero(jax.typeof(out).to_tangent_aval())
+    return out, (acc if acc_beta == 1 else beta * acc)
+
+
+def _ab_update_transpose(ct, a, c, y, *, conj, alpha, beta):
+    """Linear in y, and in whichever one of a and c is undefined."""
+    if ad.is_undefined_primal(a) and ad.is_undefined_primal(c):
+        raise ValueError("tsmm_ab_update: not linear in both a and c")
+    undefined = [ad.is_undefined_primal(x) for x in (a, c, y)]
+    if type(ct) is ad.Zero:
+        return tuple(
+            ad.Zero(x.aval.to_ct_aval()) if u else None for x, u in zip((a, c, y), undefined)
+        )
+    scaled = ct if alpha == 1 else alpha * ct
+    ct_a = _ab_transpose_a(scaled, a, c, conj=conj) if undefined[0] else None
+    ct_c = _ab_transpose_c(scaled, a, c, conj=conj) if undefined[1] else None
+    ct_y = None
+    if undefined[2]:
+        ct_y = ad.Zero(y.aval.to_ct_aval()) if beta == 0 else (ct if beta == 1 else beta * ct)
+    return ct_a, ct_c, ct_y
+
+
 # --- registration ------------------------------------------------------------
 
 
-def _eager_impl(prim):
+def _eager_impl(prim, static_argnames=("conj",)):
     """Eager calls run the primitive through jit (as lax's do). Under
     ``jax.disable_jit`` that jit would call bind, and bind this impl, forever:
     jit is re-enabled for the one call."""
-    jitted = jax.jit(prim.bind, static_argnames="conj")
+    jitted = jax.jit(prim.bind, static_argnames=static_argnames)
 
-    def impl(*args, conj):
+    def impl(*args, **params):
         with jax.disable_jit(False):
-            return jitted(*args, conj=conj)
+            return jitted(*args, **params)
 
     return impl
 
 
-def _register(prim, abstract_eval, xla_impl, batch_rule, transpose_lhs, transpose_rhs):
+def _lower_per_shard(prim, abstract_eval, xla_impl, rule: _sharding.Rule):
+    """Lower ``prim`` on every platform through SPMD partitioning (``_sharding``):
+    each device runs the returned per-shard twin, which carries the platform
+    lowerings (XLA's dot here; ``_cuda`` adds the kernels for "cuda")."""
+    local = Primitive(prim.name + "_local")
+    local.def_abstract_eval(abstract_eval)
+    mlir.register_lowering(local, mlir.lower_fun(xla_impl, multiple_results=False))
+    _sharding.register(prim, local, rule)
+    return local
+
+
+def _register(prim, abstract_eval, xla_impl, rule, batch_rule, transpose_lhs, transpose_rhs):
     prim.def_impl(_eager_impl(prim))
     prim.def_abstract_eval(abstract_eval)
-    mlir.register_lowering(prim, mlir.lower_fun(xla_impl, multiple_results=False))
     batching.primitive_batchers[prim] = batch_rule
     # Bilinear: the JVP binds the primitive on (tangent, other operand).
     ad.defbilinear(prim, transpose_lhs, transpose_rhs)
+    return _lower_per_shard(prim, abstract_eval, xla_impl, rule)
 
 
-_register(atb_p, _atb_abstract_eval, atb_xla, _atb_batch, _atb_transpose_a, _atb_transpose_b)
-_register(ab_p, _ab_abstract_eval, ab_xla, _ab_batch, _ab_transpose_a, _ab_transpose_c)
+# atb: K sharded -> local products, then one psum of the small (M, N) result.
+# ab: K sharded like a, c replicated -> local products, no communication.
+atb_local_p = _register(
+    atb_p, _atb_abstract_eval, atb_xla, _sharding.Rule(("k m", "k n"), "m n", sharded=("k",)),
+    _atb_batch, _atb_transpose_a, _atb_transpose_b,
+)
+ab_local_p = _register(
+    ab_p, _ab_abstract_eval, ab_xla, _sharding.Rule(("k m", "m n"), "k n", sharded=("k",)),
+    _ab_batch, _ab_transpose_a, _ab_transpose_c,
+)
+
+
+# ab_update: sharded like ab (y and the result like a along K).
+ab_update_p = Primitive("tsmm_ab_update")
+ab_update_p.def_impl(_eager_impl(ab_update_p, ("conj", "alpha", "beta")))
+ab_update_p.def_abstract_eval(_ab_update_abstract_eval)
+batching.primitive_batchers[ab_update_p] = _ab_update_batch
+ad.primitive_jvps[ab_update_p] = _ab_update_jvp
+ad.primitive_transposes[ab_update_p] = _ab_update_transpose
+ab_update_local_p = _lower_per_shard(
+    ab_update_p, _ab_update_abstract_eval, ab_update_xla,
+    _sharding.Rule(("k m", "m n", "k n"), "k n", sharded=("k",)),
+)

@@ -20,11 +20,15 @@ def random(shape, dtype):
     return x.astype(dtype)
 
 
-for (op, dtype), (m, n), k in zip(
+CASES = list(zip(
     itertools.product(("atb", "ab"), ("float32", "float64", "complex64", "complex128")),
     itertools.cycle([(3, 5), (8, 8), (13, 2), (1, 1)]),
     itertools.cycle([1001, 33, 4099]),
-):
+)) + [
+    (("atb", "float64"), (24, 20), 1003),  # FP64 tensor cores
+    (("atb", "complex128"), (100, 90), 37),  # result split into panels
+]
+for (op, dtype), (m, n), k in CASES:
     a = random((2, k, m), dtype)
     b = random((1, k, n) if op == "atb" else (1, m, n), dtype)
     if op == "atb":
