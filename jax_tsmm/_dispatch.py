@@ -53,13 +53,12 @@ def database(arch: str) -> dict:
 
 def _tuned(problem: Problem, k: int, arch: str) -> tuple[bool, Config | None]:
     """(found, config) from the database; config None with found means use XLA."""
-    ranges = database(arch).get(problem_key(problem))
-    if not ranges:
-        return False, None
-    chosen = ranges[0]
-    for entry in ranges:
+    chosen = None
+    for entry in database(arch).get(problem_key(problem), []):
         if entry["k_min"] <= k:
             chosen = entry
+    if chosen is None:  # below every tuned range
+        return False, None
     return True, Config(**chosen["config"]) if chosen["config"] else None
 
 

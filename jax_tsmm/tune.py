@@ -2,6 +2,7 @@
 
     python -m jax_tsmm.tune [--ops atb,ab] [--dtypes float64] [--shapes 1-64]
                             [--candidates 12] [--db PATH]
+    python -m jax_tsmm.tune --from-bench bench.json [...]
 
 For each (op, dtype, M, N) and each K range, the candidates of
 ``codegen.search`` (pruned by hardware limits, occupancy and a register-reuse
@@ -9,6 +10,11 @@ model) are compiled in parallel, then timed on the same inputs as XLA's dot.
 The winner goes into ``jax_tsmm/tuning/<arch>.json`` with its time, its % of
 roofline and XLA's time; where XLA wins, the entry says so and dispatch uses
 XLA. Finished problems are kept, so an interrupted run resumes.
+
+``--from-bench`` records the measurements of ``python -m jax_tsmm.bench`` runs
+(the model's kernel against XLA on the same inputs, its K-sweep too) as
+one-candidate entries for problems the tuner has not covered, so that dispatch
+falls back to XLA wherever XLA measured faster.
 """
 
 from __future__ import annotations
@@ -64,6 +70,27 @@ def tune_problem(problem: Problem, ceilings: dict, limit: int, arch: str) -> lis
     return entries
 
 
+def entries_from_bench(reports: list[dict]) -> dict[str, list[dict]]:
+    """One-candidate entries (the model's configuration against XLA) from bench
+    reports: the main rows stand for the largest K range, the K-sweep rows for
+    K ranges of their own."""
+    measured = {}
+    rows = [(K_RANGES[-1][0], row, report) for report in reports for row in report["rows"]]
+    rows += [(row["K"], row, report) for report in reports for row in report.get("k_sweep", [])]
+    for k_min, row, report in rows:
+        problem = Problem(row["op"], row["dtype"], row["M"], row["N"])
+        spec = _dispatch.select(problem.op, problem.dtype, problem.m, problem.n, row["K"], 0, False)
+        wins = spec is not None and row["tsmm_s"] < row["xla_s"]
+        measured.setdefault(_dispatch.problem_key(problem), {})[k_min] = {
+            "k_min": k_min, "k_tuned": row["K"],
+            "config": dataclasses.asdict(spec.config) if wins else None,
+            "tsmm_s": row["tsmm_s"], "tsmm_pct": row["tsmm_pct"],
+            "xla_s": row["xla_s"], "xla_pct": row["xla_pct"],
+            "candidates": 1, "source": f"bench {report['device']} {report['date']}",
+        }
+    return {key: [by_k[k] for k in sorted(by_k)] for key, by_k in measured.items()}
+
+
 def _save(path: pathlib.Path, db: dict) -> None:
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(db, indent=1, sort_keys=True))
@@ -77,7 +104,17 @@ def main(argv=None) -> None:
     parser.add_argument("--shapes", default="1-64", help="M = N values, e.g. 1-64 or 3,8")
     parser.add_argument("--candidates", type=int, default=12)
     parser.add_argument("--db", type=pathlib.Path, default=None)
+    parser.add_argument("--from-bench", type=pathlib.Path, nargs="+", default=None,
+                        help="record bench reports' measurements instead of tuning")
     args = parser.parse_args(argv)
+    if args.from_bench:
+        path = args.db or _dispatch.TUNING_DIR / "sm_90.json"
+        db = json.loads(path.read_text()) if path.exists() else {"entries": {}}
+        reports = [json.loads(p.read_text()) for p in args.from_bench]
+        for key, entries in entries_from_bench(reports).items():
+            db["entries"].setdefault(key, entries)  # tuned entries stay
+        _save(path, db)
+        return
     jax.config.update("jax_enable_x64", True)
     if not _cuda.register_targets():
         raise SystemExit("jax_tsmm.tune needs a GPU and the CUDA extension")

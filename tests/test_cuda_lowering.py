@@ -98,3 +98,19 @@ def test_broken_compiler_is_a_python_error(tmp_path):
     assert "KernelBuildError" in result.stderr
     assert "this compiler is broken" in result.stderr
     assert "tsmm_atb_float32_m29_n31" in result.stderr  # the kernel is named
+
+
+def test_dispatch_follows_the_tuning_database():
+    """Where the database says XLA measured faster (by K range), the call lowers to
+    XLA's dot; below every tuned range the model's kernel serves."""
+    from jax_tsmm import _dispatch
+
+    entries = _dispatch.database("sm_90")
+    key, ranges = next((k, v) for k, v in entries.items() if v[-1]["config"] is None and k.startswith("atb:float64"))
+    m, n = map(int, key.rsplit(":", 1)[1].split("x"))
+    large = jax.ShapeDtypeStruct((ranges[-1]["k_min"], m), jnp.float64)
+    other = jax.ShapeDtypeStruct((ranges[-1]["k_min"], n), jnp.float64)
+    assert "tsmm_atb" not in cuda_hlo(jax_tsmm.atb, large, other)
+    small = jax.ShapeDtypeStruct((min(r["k_min"] for r in ranges) - 1, m), jnp.float64)
+    small_other = jax.ShapeDtypeStruct((small.shape[0], n), jnp.float64)
+    assert "tsmm_atb" in cuda_hlo(jax_tsmm.atb, small, small_other)
