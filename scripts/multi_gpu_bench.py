@@ -30,8 +30,8 @@ def parse_args():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--small", action="store_true", help="tiny sizes (a smoke run; CPU gets 2 host devices)")
     p.add_argument("--gib", type=float, default=2.0, help="GiB of A (and of B) per device (default 2)")
-    p.add_argument("--m", type=int, default=16, help="columns of A (default 16)")
-    p.add_argument("--n", type=int, default=16, help="columns of B and C (default 16)")
+    p.add_argument("--m", type=int, default=24, help="columns of A (default 24)")
+    p.add_argument("--n", type=int, default=24, help="columns of B and C (default 24)")
     p.add_argument("--dtype", default="float64", choices=["float32", "float64", "complex64", "complex128"])
     p.add_argument("--repeats", type=int, default=20, help="timed runs per case (median reported)")
     p.add_argument("--devices", type=int, nargs="*", help="device counts to run (default 1, 2, 4, 8 up to all)")
@@ -80,7 +80,8 @@ def collectives(text):
 
 def run_case(op, n_dev, k_per_dev, m, n, dtype, repeats):
     devices = jax.devices()[:n_dev]
-    mesh = jax.make_mesh((n_dev,), ("k",), devices=devices)
+    # Automatic axes: the check below slices sharded arrays outside jit.
+    mesh = jax.make_mesh((n_dev,), ("k",), devices=devices, axis_types=(jax.sharding.AxisType.Auto,))
     tall, rep = NamedSharding(mesh, P("k")), NamedSharding(mesh, P())
     k = k_per_dev * n_dev
     a = make((k, m), dtype, tall, 0)
@@ -97,7 +98,7 @@ def run_case(op, n_dev, k_per_dev, m, n, dtype, repeats):
     seconds = timed(compiled, a, y, repeats=repeats)
     # Against one device, on the first rows (the whole would not fit twice).
     rows = min(k, 1 << 16) // n_dev * n_dev
-    head = [a[:rows], y[:rows] if op == "atb" else y]
+    head = [jax.device_put(a[:rows], tall), jax.device_put(y[:rows], tall) if op == "atb" else y]
     got = np.asarray(fn(*head))
     ref = np.asarray(getattr(jax_tsmm, op)(*(jax.device_put(x, devices[0]) for x in head)))
     error = float(np.max(np.abs(got - ref)) / max(np.max(np.abs(ref)), 1e-300))
