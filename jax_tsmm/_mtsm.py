@@ -1,0 +1,156 @@
+"""``mtsm``: a large dense matrix times a tall & skinny block (issue 7).
+
+``mtsm_p``: a (*batch, M, K), x (*batch, K, N) -> (*batch, M, N) = op(a) x
+            (``transpose_a=False``)
+            a (*batch, K, M), x (*batch, K, N) -> (*batch, M, N) = op(a)ᵀ x
+            (``transpose_a=True``; aᵀ is never materialized)
+
+where op is the complex conjugate when ``conj=True`` and the identity
+otherwise. A is large and dense (M and K both long), X has few columns (N from
+1 to 64 is the intended range; wider X is accepted and computed the same way).
+As for ``atb_p``/``ab_p`` the operands of one call have batch shapes of equal
+rank whose dimensions are equal or 1; the public ``mtsm`` brings user input into
+that form.
+
+Rules: the JVP is bilinear (``ad.defbilinear``). The cotangent of x is
+``mtsm(a, ct, transpose_a=not transpose_a)`` (the same primitive, A read the
+other way round); the cotangent of a is the rank-N outer product ct xᵀ
+(``transpose_a=False``) or x ctᵀ (``transpose_a=True``), conjugated when
+``conj``, through XLA's dot. Both are summed over the batch axes their primal
+broadcast along.
+
+Lowering: XLA's dot at HIGHEST precision (float32 accumulation for bfloat16 and
+float16), registered for every platform. On CUDA, too, mtsm lowers to XLA's dot
+for now; the generated kernels come later. Unlike atb/ab it does not go through
+``jax_tsmm._sharding``: the inlined dot is partitioned by XLA itself.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.extend.core import Primitive
+from jax.interpreters import ad, batching, mlir
+
+from jax_tsmm._api import _as_array, _check_conj, _with_batch_rank
+from jax_tsmm._primitives import (
+    _batch_to_front,
+    _batched_dot,
+    _broadcast_batches,
+    _eager_impl,
+    _maybe_conj,
+    _sum_to_batch,
+    broadcast_batch,
+    check_dtypes,
+)
+
+mtsm_p = Primitive("tsmm_mtsm")
+
+
+# --- validation (shared by the public function and abstract evaluation) ------
+
+
+def check_mtsm_shapes(a_shape, x_shape, transpose_a: bool) -> tuple:
+    """Rank >= 2 for both; a's contracted axis (-2 with transpose_a, else -1)
+    matches x's axis -2; the batch shapes broadcast. Returns the batch shape."""
+    for arg, shape in (("a", a_shape), ("x", x_shape)):
+        if len(shape) < 2:
+            raise ValueError(
+                f"jax_tsmm.mtsm: {arg} must have rank >= 2, got shape {tuple(shape)}"
+            )
+    a_k = a_shape[-2] if transpose_a else a_shape[-1]
+    if a_k != x_shape[-2]:
+        axis = "-2" if transpose_a else "-1"
+        raise ValueError(
+            f"jax_tsmm.mtsm: contracted dimension K differs: a has shape {tuple(a_shape)}, "
+            f"x has shape {tuple(x_shape)} (transpose_a={transpose_a} contracts axis {axis} "
+            "of a with axis -2 of x)"
+        )
+    return broadcast_batch("mtsm", "a", a_shape[:-2], "x", x_shape[:-2])
+
+
+def _check_flag(name: str, arg_name: str, value) -> bool:
+    if not isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"jax_tsmm.{name}: {arg_name} must be a bool, got {value!r}")
+    return bool(value)
+
+
+# --- rules ---------------------------------------------------------------------
+
+
+def _mtsm_abstract_eval(a, x, *, transpose_a, conj):
+    check_dtypes("mtsm", "a", a.dtype, "x", x.dtype)
+    batch = check_mtsm_shapes(a.shape, x.shape, transpose_a)
+    if len(a.shape) != len(x.shape):
+        raise ValueError("tsmm_mtsm: operands must have equal rank")
+    m = a.shape[-1] if transpose_a else a.shape[-2]
+    return jax.core.ShapedArray(batch + (m, x.shape[-1]), a.dtype)
+
+
+def mtsm_xla(a, x, *, transpose_a, conj):
+    """op(a) x or op(a)ᵀ x through XLA's dot at HIGHEST precision (float32
+    accumulation for the half dtypes): the lowering on every platform, CUDA
+    included until mtsm's kernels land."""
+    a, x = _broadcast_batches(a, x)
+    contract_a = a.ndim - 2 if transpose_a else a.ndim - 1
+    return _batched_dot(_maybe_conj(a, conj), x, contract_a, x.ndim - 2)
+
+
+def _mtsm_batch(args, dims, *, transpose_a, conj):
+    """vmap: the mapped axis becomes a leading batch axis (size 1 if unmapped)."""
+    a, x = (_batch_to_front(v, d) for v, d in zip(args, dims))
+    return mtsm_p.bind(a, x, transpose_a=transpose_a, conj=conj), 0
+
+
+def _outer_dot(u, v):
+    """u vᵀ over the last axis of both (the rank-N outer product), batched and
+    broadcast over the leading axes, through XLA's dot at HIGHEST precision."""
+    u, v = _broadcast_batches(u, v)
+    return _batched_dot(u, v, u.ndim - 1, v.ndim - 1)
+
+
+def _mtsm_transpose_a(ct, a, x, *, transpose_a, conj):
+    # out = op(a) x: ct_a = ct xᵀ; out = op(a)ᵀ x: ct_a = x ctᵀ; conjugated
+    # when op is conj (the transpose of conj is conj).
+    ct_a = _outer_dot(x, ct) if transpose_a else _outer_dot(ct, x)
+    return _sum_to_batch(_maybe_conj(ct_a, conj), a.aval.shape[:-2])
+
+
+def _mtsm_transpose_x(ct, a, x, *, transpose_a, conj):
+    ct_x = mtsm_p.bind(a, ct, transpose_a=not transpose_a, conj=conj)
+    return _sum_to_batch(ct_x, x.aval.shape[:-2])
+
+
+mtsm_p.def_impl(_eager_impl(mtsm_p, ("transpose_a", "conj")))
+mtsm_p.def_abstract_eval(_mtsm_abstract_eval)
+batching.primitive_batchers[mtsm_p] = _mtsm_batch
+ad.defbilinear(mtsm_p, _mtsm_transpose_a, _mtsm_transpose_x)
+mlir.register_lowering(mtsm_p, mlir.lower_fun(mtsm_xla, multiple_results=False))
+
+
+# --- the public function -------------------------------------------------------
+
+
+def mtsm(a, x, *, transpose_a: bool = False, conj: bool = False):
+    """A X (Aᵀ X with ``transpose_a=True``) for a large dense A and a tall &
+    skinny X (..., K, N), N from 1 to 64 or so.
+
+    * ``transpose_a=False``: A (..., M, K) -> (..., M, N).
+    * ``transpose_a=True``: A (..., K, M) -> Aᵀ X, (..., M, N); Aᵀ is never
+      materialized.
+    * ``conj=True`` uses conj(A) in place of A (Aᴴ X with ``transpose_a=True``);
+      it has no effect on real operands.
+
+    Leading batch axes broadcast like ``jnp.matmul``. Same dtypes as ``atb``;
+    bfloat16 and float16 accumulate in float32. On every backend, the GPU
+    included, this lowers to XLA's dot for now.
+    """
+    transpose_a = _check_flag("mtsm", "transpose_a", transpose_a)
+    conj = _check_conj("mtsm", conj)
+    a = _as_array("mtsm", "a", a)
+    x = _as_array("mtsm", "x", x)
+    check_dtypes("mtsm", "a", a.dtype, "x", x.dtype)
+    rank = len(check_mtsm_shapes(a.shape, x.shape, transpose_a))
+    a, x = _with_batch_rank(a, rank), _with_batch_rank(x, rank)
+    return mtsm_p.bind(a, x, transpose_a=transpose_a, conj=conj and jnp.iscomplexobj(a))

@@ -1,0 +1,445 @@
+"""mtsm (a large dense A, or Aᵀ, times a tall & skinny X): values against the
+float64 / complex128 NumPy reference, JAX transformations and error messages.
+
+op(A) X with transpose_a=False is the reference's "ab" product (A (..., M, K),
+X (..., K, N)), op(A)ᵀ X with transpose_a=True its "atb" product (A (..., K, M));
+both are checked under reference.py's elementwise error bound.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax import lax
+from jax.test_util import check_grads
+
+import jax_tsmm
+from jax_tsmm._mtsm import mtsm_p
+from reference import (
+    ALL_DTYPES,
+    assert_close,
+    assert_same,
+    dtype_id,
+    is_complex,
+    random_operand,
+)
+
+HIGHEST = lax.Precision.HIGHEST
+RTOL = {
+    np.dtype(np.float64): 1e-10,
+    np.dtype(np.complex128): 1e-10,
+    np.dtype(np.float32): 2e-4,
+    np.dtype(np.complex64): 2e-4,
+}
+
+
+def ref_op(transpose_a):
+    return "atb" if transpose_a else "ab"
+
+
+def a_shape(transpose_a, m, k):
+    return (k, m) if transpose_a else (m, k)
+
+
+def mtsm_jnp(a, x, transpose_a=False, conj=False):
+    a = jnp.conj(a) if conj else a
+    a = jnp.swapaxes(a, -1, -2) if transpose_a else a
+    return jnp.matmul(a, x, precision=HIGHEST)
+
+
+def operands(rng, dtype, *shapes):
+    return tuple(jnp.asarray(random_operand(rng, s, dtype)) for s in shapes)
+
+
+def assert_tree_close(got, want, rtol, msg=""):
+    got_leaves, got_tree = jax.tree.flatten(got)
+    want_leaves, want_tree = jax.tree.flatten(want)
+    assert got_tree == want_tree, f"{msg}: tree structures differ"
+    for g, w in zip(got_leaves, want_leaves):
+        g, w = np.asarray(g), np.asarray(w)
+        assert g.shape == w.shape, f"{msg}: shape {g.shape} != {w.shape}"
+        assert g.dtype == w.dtype, f"{msg}: dtype {g.dtype} != {w.dtype}"
+        scale = max(1.0, float(np.max(np.abs(w)))) if w.size else 1.0
+        np.testing.assert_allclose(g, w, rtol=rtol, atol=rtol * scale, err_msg=msg)
+
+
+# --- values ------------------------------------------------------------------------------
+
+# (batch of a, batch of x, M, K, N)
+CASES = [
+    ((), (), 37, 53, 1),
+    ((), (), 40, 129, 64),
+    ((3,), (), 20, 31, 5),
+    ((2, 1), (4,), 9, 17, 3),
+    ((1,), (3, 2), 6, 13, 2),
+    ((2, 3), (2, 3), 5, 257, 16),
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=str)
+@pytest.mark.parametrize("transpose_a", (False, True))
+@pytest.mark.parametrize("dtype", ALL_DTYPES, ids=dtype_id)
+def test_values(dtype, transpose_a, case):
+    batch_a, batch_x, m, k, n = case
+    rng = np.random.default_rng(0)
+    a = random_operand(rng, batch_a + a_shape(transpose_a, m, k), dtype)
+    x = random_operand(rng, batch_x + (k, n), dtype)
+    for conj in (False, True) if is_complex(dtype) else (False,):
+        out = jax_tsmm.mtsm(a, x, transpose_a=transpose_a, conj=conj)
+        assert_close(out, a, x, op=ref_op(transpose_a), conj=conj, err_msg=f"transpose_a={transpose_a}")
+
+
+@pytest.mark.parametrize("transpose_a", (False, True))
+@pytest.mark.parametrize("dtype", ALL_DTYPES, ids=dtype_id)
+def test_jit_equals_eager(dtype, transpose_a):
+    rng = np.random.default_rng(10)
+    a = random_operand(rng, (2, 1) + a_shape(transpose_a, 24, 67), dtype)
+    x = random_operand(rng, (3, 67, 5), dtype)
+    conj = is_complex(dtype)
+    f = functools.partial(jax_tsmm.mtsm, transpose_a=transpose_a, conj=conj)
+    eager = f(a, x)
+    with jax.disable_jit():
+        assert_same(f(a, x), eager, a, x, op=ref_op(transpose_a), err_msg="disable_jit vs eager")
+    assert_same(jax.jit(f)(a, x), eager, a, x, op=ref_op(transpose_a), err_msg="jit vs eager")
+
+
+def test_conj_is_ignored_for_real_operands():
+    rng = np.random.default_rng(1)
+    a, x = operands(rng, "float64", (7, 5), (5, 2))
+    np.testing.assert_array_equal(jax_tsmm.mtsm(a, x, conj=True), jax_tsmm.mtsm(a, x))
+    jaxpr = str(jax.make_jaxpr(lambda a, x: jax_tsmm.mtsm(a, x, conj=True))(a, x))
+    assert "conj=False" in jaxpr
+
+
+@pytest.mark.parametrize("transpose_a", (False, True))
+@pytest.mark.parametrize("m, k, n", [(0, 5, 2), (4, 0, 2), (4, 5, 0), (0, 0, 0)])
+def test_empty_dims(transpose_a, m, k, n):
+    a = jnp.ones(a_shape(transpose_a, m, k))
+    x = jnp.ones((k, n))
+    out = jax.jit(functools.partial(jax_tsmm.mtsm, transpose_a=transpose_a))(a, x)
+    assert out.shape == (m, n)
+    np.testing.assert_array_equal(np.asarray(out), 0)
+    loss = lambda f: lambda a, x: jnp.sum((f(a, x, transpose_a=transpose_a) + 1) ** 2)
+    assert_tree_close(
+        jax.grad(loss(jax_tsmm.mtsm), (0, 1))(a, x), jax.grad(loss(mtsm_jnp), (0, 1))(a, x), 1e-12
+    )
+
+
+@pytest.mark.parametrize("dtype", ("bfloat16", "float16", "float32"))
+def test_lowering_is_a_highest_precision_dot_without_transpose(dtype):
+    """XLA's dot at HIGHEST precision, float32 accumulation for the half dtypes,
+    and no transpose of A."""
+    a = jnp.ones((6, 5), dtype)
+    x = jnp.ones((6, 2), dtype)
+    text = jax.jit(functools.partial(jax_tsmm.mtsm, transpose_a=True)).lower(a, x).as_text()
+    assert "dot_general" in text and "HIGHEST" in text
+    assert "transpose" not in text
+    if dtype != "float32":
+        assert re.search(r"dot_general.*-> tensor<5x2xf32>", text), text
+
+
+# --- derivatives -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "dtype, conj, batched",
+    [("float64", False, False), ("float64", False, True), ("complex128", True, False),
+     ("complex128", False, True)],
+    ids=str,
+)
+@pytest.mark.parametrize("transpose_a", (False, True))
+def test_check_grads(dtype, conj, batched, transpose_a):
+    rng = np.random.default_rng(2)
+    m, k, n = 4, 6, 2
+    if batched:
+        shapes = ((2, 1) + a_shape(transpose_a, m, k), (3, k, n))
+    else:
+        shapes = (a_shape(transpose_a, m, k), (k, n))
+    a, x = operands(rng, dtype, *shapes)
+    f = functools.partial(jax_tsmm.mtsm, transpose_a=transpose_a, conj=conj)
+    check_grads(f, (a, x), order=2, modes=("fwd", "rev"))
+    if batched and dtype == "complex128" and transpose_a:
+        check_grads(jax.jit(f), (a, x), order=2, modes=("fwd", "rev"))
+
+
+def make_loss(mtsm, transpose_a, conj):
+    def loss(a, x):
+        y = mtsm(a, x, transpose_a=transpose_a, conj=conj)
+        extra = jnp.real(y) * jnp.imag(y) if jnp.iscomplexobj(y) else jnp.tanh(y)
+        return jnp.sum(jnp.abs(y) ** 2) + jnp.sum(extra)
+
+    return loss
+
+
+@pytest.mark.parametrize(
+    "dtype, conj",
+    [("float64", False), ("complex128", False), ("complex128", True), ("complex64", True)],
+    ids=str,
+)
+@pytest.mark.parametrize("transpose_a", (False, True))
+@pytest.mark.parametrize("batched", (False, True))
+def test_grad_matches_jnp(dtype, conj, transpose_a, batched):
+    rng = np.random.default_rng(3)
+    m, k, n = 30, 41, 3
+    if batched:
+        shapes = ((3, 1) + a_shape(transpose_a, m, k), (2, k, n))
+    else:
+        shapes = (a_shape(transpose_a, m, k), (k, n))
+    a, x = operands(rng, dtype, *shapes)
+    rtol = RTOL[np.dtype(dtype)]
+    lt = make_loss(jax_tsmm.mtsm, transpose_a, conj)
+    lj = make_loss(mtsm_jnp, transpose_a, conj)
+    transforms = [lambda f: jax.jit(jax.grad(f, argnums=(0, 1)))]
+    if dtype == "complex128" and batched:
+        transforms.append(lambda f: jax.grad(jax.checkpoint(f), argnums=(0, 1)))
+    for transform in transforms:
+        assert_tree_close(transform(lt)(a, x), transform(lj)(a, x), rtol, "grad")
+
+
+@pytest.mark.parametrize("dtype", ("float64", "complex128"))
+@pytest.mark.parametrize("transpose_a", (False, True))
+@pytest.mark.parametrize("conj", (False, True))
+def test_jvp_vjp_linearize(dtype, transpose_a, conj):
+    rng = np.random.default_rng(4)
+    m, k, n = 5, 9, 3
+    sa, sx = (2,) + a_shape(transpose_a, m, k), (k, n)
+    a, x, da, dx = operands(rng, dtype, sa, sx, sa, sx)
+    ft = functools.partial(jax_tsmm.mtsm, transpose_a=transpose_a, conj=conj)
+    fj = functools.partial(mtsm_jnp, transpose_a=transpose_a, conj=conj)
+    rtol = RTOL[np.dtype(dtype)]
+    assert_tree_close(jax.jvp(ft, (a, x), (da, dx)), jax.jvp(fj, (a, x), (da, dx)), rtol, "jvp")
+    out_t, vjp_t = jax.vjp(ft, a, x)
+    out_j, vjp_j = jax.vjp(fj, a, x)
+    ct = jnp.asarray(random_operand(rng, out_t.shape, dtype))
+    assert_tree_close(vjp_t(ct), vjp_j(ct), rtol, "vjp")
+    _, lin_t = jax.linearize(ft, a, x)
+    assert_tree_close(lin_t(da, dx), jax.jvp(fj, (a, x), (da, dx))[1], rtol, "linearize")
+    assert_tree_close(jax.linear_transpose(lin_t, a, x)(ct), vjp_j(ct), rtol, "linear_transpose")
+
+
+@pytest.mark.parametrize("transpose_a", (False, True))
+def test_jacfwd_jacrev(transpose_a):
+    rng = np.random.default_rng(5)
+    f64 = operands(rng, "float64", a_shape(transpose_a, 4, 6), (6, 2))
+    c128 = operands(rng, "complex128", a_shape(transpose_a, 4, 6), (6, 2))
+    ft = functools.partial(jax_tsmm.mtsm, transpose_a=transpose_a)
+    fj = functools.partial(mtsm_jnp, transpose_a=transpose_a)
+    for jac in (jax.jacfwd, jax.jacrev):
+        assert_tree_close(jac(ft, (0, 1))(*f64), jac(fj, (0, 1))(*f64), 1e-12, jac.__name__)
+        # Without conj the product is holomorphic in each operand.
+        got = jac(ft, (0, 1), holomorphic=True)(*c128)
+        want = jac(fj, (0, 1), holomorphic=True)(*c128)
+        assert_tree_close(got, want, 1e-12, jac.__name__ + " holomorphic")
+
+
+def test_hessian():
+    rng = np.random.default_rng(6)
+    a, x = operands(rng, "float64", (5, 4), (5, 2))
+    for transpose_a in (False, True):
+        a_ = a if transpose_a else a.T
+        lt = make_loss(jax_tsmm.mtsm, transpose_a, False)
+        lj = make_loss(mtsm_jnp, transpose_a, False)
+        assert_tree_close(
+            jax.jit(jax.hessian(lt, (0, 1)))(a_, x), jax.jit(jax.hessian(lj, (0, 1)))(a_, x), 1e-10,
+            "hessian",
+        )
+
+
+@pytest.mark.parametrize("transpose_a", (False, True))
+def test_gradient_rules(transpose_a):
+    """x's cotangent is mtsm with transpose_a flipped; a's is XLA's dot."""
+    a = jnp.ones(a_shape(transpose_a, 4, 6))
+    x = jnp.ones((6, 2))
+    f = lambda a, x: jnp.sum(jax_tsmm.mtsm(a, x, transpose_a=transpose_a))
+    jaxpr = str(jax.make_jaxpr(jax.grad(f, (0, 1)))(a, x))
+    assert f"tsmm_mtsm[conj=False transpose_a={not transpose_a}]" in jaxpr
+    assert jaxpr.count("dot_general") == 1
+    jaxpr = str(jax.make_jaxpr(jax.grad(f, 1))(a, x))
+    assert "dot_general" not in jaxpr
+
+
+# --- vmap ----------------------------------------------------------------------------------
+
+V = 3
+
+
+def _stacked(rng, shape, dtype, axis):
+    if axis is None:
+        x = random_operand(rng, shape, dtype)
+        return x, [x] * V
+    slices = [random_operand(rng, shape, dtype) for _ in range(V)]
+    return np.stack(slices, axis=axis), slices
+
+
+IN_AXES = [(0, 0), (0, None), (None, 0), (1, -1), (-1, 1)]
+
+
+@pytest.mark.parametrize("in_axes", IN_AXES, ids=str)
+@pytest.mark.parametrize("transpose_a", (False, True))
+@pytest.mark.parametrize("dtype", ("float32", "complex128"))
+def test_vmap_in_axes(dtype, transpose_a, in_axes):
+    rng = np.random.default_rng(7)
+    m, k, n = 13, 21, 3
+    a, as_ = _stacked(rng, a_shape(transpose_a, m, k), dtype, in_axes[0])
+    x, xs = _stacked(rng, (k, n), dtype, in_axes[1])
+    conj = is_complex(dtype)
+    f = functools.partial(jax_tsmm.mtsm, transpose_a=transpose_a, conj=conj)
+    out = jax.vmap(f, in_axes=in_axes)(a, x)
+    out_jit = jax.jit(jax.vmap(f, in_axes=in_axes))(a, x)
+    jaxpr = str(jax.make_jaxpr(jax.vmap(f, in_axes=in_axes))(a, x))
+    assert jaxpr.count("tsmm_mtsm") == 1  # one batched primitive, no loop
+    for i in range(V):
+        assert_close(out[i], as_[i], xs[i], op=ref_op(transpose_a), conj=conj, err_msg=f"slice {i}")
+        assert_same(out_jit[i], out[i], as_[i], xs[i], op=ref_op(transpose_a), err_msg="jit(vmap)")
+
+
+@pytest.mark.parametrize("transpose_a", (False, True))
+def test_nested_vmap_and_batched_operands(transpose_a):
+    """vmap over a inside vmap over x (every pair), operands with own batch axes."""
+    rng = np.random.default_rng(8)
+    m, k, n, W = 7, 11, 2, 2
+    a = random_operand(rng, (V, 2, 1) + a_shape(transpose_a, m, k), "float64")
+    x = random_operand(rng, (W, 3, k, n), "float64")
+    f = functools.partial(jax_tsmm.mtsm, transpose_a=transpose_a)
+    out = jax.vmap(jax.vmap(f, in_axes=(0, None)), in_axes=(None, 0))(a, x)
+    assert out.shape == (W, V, 2, 3, m, n)
+    for i in range(V):
+        for j in range(W):
+            assert_close(out[j, i], a[i], x[j], op=ref_op(transpose_a))
+
+
+@pytest.mark.parametrize("transpose_a", (False, True))
+def test_vmap_of_grad(transpose_a):
+    rng = np.random.default_rng(9)
+    a, x = operands(rng, "complex128", (V,) + a_shape(transpose_a, 5, 8), (V, 8, 2))
+    lt = make_loss(jax_tsmm.mtsm, transpose_a, True)
+    lj = make_loss(mtsm_jnp, transpose_a, True)
+    g = jax.jit(jax.vmap(jax.grad(lt, (0, 1))))(a, x)
+    for i in range(V):
+        assert_tree_close((g[0][i], g[1][i]), jax.grad(lj, (0, 1))(a[i], x[i]), 1e-10, f"example {i}")
+
+
+# --- errors ----------------------------------------------------------------------------------
+
+
+def f64(*shape):
+    return np.ones(shape, np.float64)
+
+
+def raises_everywhere(fn, args, exc, match, **kwargs):
+    """``fn(*args)`` raises eagerly, under jit, make_jaxpr, eval_shape and vmap."""
+    with pytest.raises(exc, match=match):
+        fn(*args, **kwargs)
+    f = lambda *xs: fn(*xs, **kwargs)
+    for transform in (jax.jit(f), jax.make_jaxpr(f), functools.partial(jax.eval_shape, f)):
+        with pytest.raises(exc, match=match):
+            transform(*args)
+    with pytest.raises(exc, match=match):
+        jax.jit(jax.vmap(f))(*[x[None] for x in args])
+
+
+@pytest.mark.parametrize("a, x, name", [(f64(5), f64(5, 2), "a"), (f64(), f64(5, 2), "a"),
+                                        (f64(5, 3), f64(3), "x")])
+def test_rank(a, x, name):
+    shape = (a if name == "a" else x).shape
+    match = re.escape(f"jax_tsmm.mtsm: {name} must have rank >= 2, got shape {shape}")
+    raises_everywhere(jax_tsmm.mtsm, (a, x), ValueError, match)
+
+
+@pytest.mark.parametrize(
+    "transpose_a, a_shape_, x_shape",
+    [(False, (5, 3), (5, 2)), (False, (2, 7, 3), (4, 2)), (True, (5, 3), (3, 2)),
+     (True, (0, 3), (1, 2))],
+)
+def test_contracted_dimension_mismatch(transpose_a, a_shape_, x_shape):
+    axis = -2 if transpose_a else -1
+    match = re.escape(
+        f"jax_tsmm.mtsm: contracted dimension K differs: a has shape {a_shape_}, x has shape "
+        f"{x_shape} (transpose_a={transpose_a} contracts axis {axis} of a with axis -2 of x)"
+    )
+    raises_everywhere(jax_tsmm.mtsm, (f64(*a_shape_), f64(*x_shape)), ValueError, match,
+                      transpose_a=transpose_a)
+
+
+@pytest.mark.parametrize("a_batch, x_batch", [((2,), (3,)), ((4, 1, 2), (3, 3)), ((0,), (2,))])
+def test_batch_dimensions_do_not_broadcast(a_batch, x_batch):
+    match = re.escape(
+        f"jax_tsmm.mtsm: batch dimensions of a {a_batch} and x {x_batch} do not broadcast"
+    )
+    raises_everywhere(jax_tsmm.mtsm, (f64(*a_batch, 5, 3), f64(*x_batch, 3, 2)), ValueError, match)
+
+
+@pytest.mark.parametrize(
+    "a_dtype, x_dtype",
+    [(np.float32, np.float64), (np.complex64, np.float32), (np.complex128, np.complex64),
+     (jnp.bfloat16, np.float16)],
+)
+def test_mismatched_dtypes(a_dtype, x_dtype):
+    match = re.escape(
+        f"jax_tsmm.mtsm: a and x must have the same dtype, got "
+        f"{np.dtype(a_dtype).name} and {np.dtype(x_dtype).name}"
+    )
+    args = (np.ones((4, 3), a_dtype), np.ones((3, 2), x_dtype))
+    raises_everywhere(jax_tsmm.mtsm, args, TypeError, match)
+
+
+@pytest.mark.parametrize("bad", [np.int32, np.int64, np.uint8, np.bool_], ids=dtype_id)
+@pytest.mark.parametrize("which", (0, 1))
+def test_unsupported_dtypes(which, bad):
+    args = [np.ones((4, 3), np.float32), np.ones((3, 2), np.float32)]
+    args[which] = args[which].astype(bad)
+    name = "ax"[which]
+    match = re.escape(f"jax_tsmm.mtsm: {name} has dtype {np.dtype(bad).name}; expected one of")
+    raises_everywhere(jax_tsmm.mtsm, tuple(args), TypeError, match + ".*float32")
+
+
+@pytest.mark.parametrize(
+    "bad, type_name", [([[1.0]], "list"), (None, "NoneType"), (1.5, "float"), ("x", "str")]
+)
+@pytest.mark.parametrize("which", (0, 1))
+def test_non_array_arguments(which, bad, type_name):
+    args = [f64(2, 2), f64(2, 2)]
+    args[which] = bad
+    match = re.escape(
+        f"jax_tsmm.mtsm: {'ax'[which]} must be a JAX or NumPy array, got {type_name}"
+    )
+    with pytest.raises(TypeError, match=match):
+        jax_tsmm.mtsm(*args)
+
+
+@pytest.mark.parametrize("flag", ("transpose_a", "conj"))
+@pytest.mark.parametrize("value", [1, 0, None, "yes", np.array(True), jnp.array(True)])
+def test_flags_must_be_bool(flag, value):
+    a = np.ones((4, 4), np.complex128)
+    with pytest.raises(TypeError, match=re.escape(f"jax_tsmm.mtsm: {flag} must be a bool, got")):
+        jax_tsmm.mtsm(a, a, **{flag: value})
+    with pytest.raises(TypeError, match=f"{flag} must be a bool"):
+        jax.jit(jax_tsmm.mtsm)(a, a, **{flag: True})  # traced: not allowed
+
+
+def test_flags_are_keyword_only():
+    a = np.ones((4, 4))
+    with pytest.raises(TypeError):
+        jax_tsmm.mtsm(a, a, True)
+
+
+def test_primitive_rejects_unequal_ranks():
+    with pytest.raises(ValueError, match="tsmm_mtsm: operands must have equal rank"):
+        jax.eval_shape(
+            lambda a, x: mtsm_p.bind(a, x, transpose_a=False, conj=False), f64(2, 5, 3), f64(3, 2)
+        )
+
+
+def test_errors_are_raised_at_trace_time():
+    a = jax.ShapeDtypeStruct((1000, 300), jnp.float32)
+    x = jax.ShapeDtypeStruct((999, 2), jnp.float32)
+    with pytest.raises(ValueError, match="contracted dimension K differs"):
+        jax.eval_shape(jax_tsmm.mtsm, a, x)
+    x = jax.ShapeDtypeStruct((300, 2), jnp.float64)
+    with pytest.raises(TypeError, match="same dtype, got float32 and float64"):
+        jax.eval_shape(jax_tsmm.mtsm, a, x)
