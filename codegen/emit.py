@@ -184,7 +184,7 @@ def _pipeline(spec: KernelSpec, issue: list[str], consume: list[str]) -> list[st
     s = c.stages
     r = spec.rows_per_chunk
     issue_fn = [
-        f"auto issue = [&](long long step) {{",
+        "auto issue = [&](long long step) {",
         "  if (step < my_chunks) {",
         "    const long long chunk = first_chunk + step * args.grid_k;",
         f"    const long long row0 = chunk * {r};",

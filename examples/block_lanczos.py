@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import itertools
-import math
 import time
 
 import jax

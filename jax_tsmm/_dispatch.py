@@ -9,7 +9,6 @@ where the tuner measured XLA faster.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import functools
 import json
 import pathlib
@@ -81,7 +80,3 @@ def select(op: str, dtype, m: int, n: int, k: int, batch_dims: int, conj: bool,
         return KernelSpec(problem, default_config(problem))
     except InvalidSpec:
         return None
-
-
-def config_as_dict(config: Config) -> dict:
-    return dataclasses.asdict(config)
