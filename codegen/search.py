@@ -47,11 +47,11 @@ def _mma_candidates(problem: Problem) -> dict[Config, float]:
     """DMMA configurations (float64 atb), scored like the rest with the tensor cores'
     doubled rate counted as twice the reuse."""
     found = {}
+    probe = KernelSpec(problem, Config(tile_m=1, tile_n=1, mma=True, rows_per_stage=4, row_groups=1))
+    row_bytes = (probe.smem_stride(problem.m) + probe.smem_stride(problem.n)) * problem.element_bytes
     for tile_m, tile_n, row_groups, stage_bytes, stages, blocks in itertools.product(
         (1, 2, 4), (1, 2, 4), (1, 2, 4, 8), STAGE_BYTES, (2, 3, 4), (1, 2, 3),
     ):
-        probe = KernelSpec(problem, Config(tile_m=1, tile_n=1, mma=True, rows_per_stage=4, row_groups=1))
-        row_bytes = (probe.smem_stride(problem.m) + probe.smem_stride(problem.n)) * problem.element_bytes
         per_pass = 4 * row_groups
         rows = max(per_pass, stage_bytes // row_bytes // per_pass * per_pass)
         config = Config(tile_m=tile_m, tile_n=tile_n, mapping="blocked", row_groups=row_groups,

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import math
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -227,3 +228,33 @@ def assert_same(x, y, a, b, *, op: str = "atb", factor: float = 0.25, err_msg: s
         f"{err_msg}: max |x - y| {err.max():.3e}, bound there "
         f"{bound.flat[int(np.argmax(err))]:.3e}"
     )
+
+
+# --- helpers for the transformation tests (jax values) ---------------------------------
+
+# Relative tolerance for comparing derivatives with the same code on jnp.matmul.
+DERIVATIVE_RTOL = {
+    FLOAT64: 1e-10,
+    COMPLEX128: 1e-10,
+    FLOAT32: 2e-4,
+    COMPLEX64: 2e-4,
+}
+
+
+def random_jax_operands(rng: np.random.Generator, dtype, *shapes) -> tuple:
+    """``random_operand`` for each shape, as JAX arrays."""
+    return tuple(jnp.asarray(random_operand(rng, s, dtype)) for s in shapes)
+
+
+def assert_tree_close(got, want, rtol, msg=""):
+    """Pytrees of equal structure, shapes and dtypes, close leaf by leaf (the absolute
+    tolerance scales with each leaf's largest magnitude)."""
+    got_leaves, got_tree = jax.tree.flatten(got)
+    want_leaves, want_tree = jax.tree.flatten(want)
+    assert got_tree == want_tree, f"{msg}: tree structures differ"
+    for g, w in zip(got_leaves, want_leaves):
+        g, w = np.asarray(g), np.asarray(w)
+        assert g.shape == w.shape, f"{msg}: shape {g.shape} != {w.shape}"
+        assert g.dtype == w.dtype, f"{msg}: dtype {g.dtype} != {w.dtype}"
+        scale = max(1.0, float(np.max(np.abs(w)))) if w.size else 1.0
+        np.testing.assert_allclose(g, w, rtol=rtol, atol=rtol * scale, err_msg=msg)

@@ -21,6 +21,9 @@ from jax.test_util import check_grads
 import jax_tsmm
 from jax_tsmm._mtsm import mtsm_p
 from reference import (
+    DERIVATIVE_RTOL,
+    assert_tree_close,
+    random_jax_operands,
     ALL_DTYPES,
     assert_close,
     assert_same,
@@ -30,12 +33,6 @@ from reference import (
 )
 
 HIGHEST = lax.Precision.HIGHEST
-RTOL = {
-    np.dtype(np.float64): 1e-10,
-    np.dtype(np.complex128): 1e-10,
-    np.dtype(np.float32): 2e-4,
-    np.dtype(np.complex64): 2e-4,
-}
 
 
 def ref_op(transpose_a):
@@ -50,22 +47,6 @@ def mtsm_jnp(a, x, transpose_a=False, conj=False):
     a = jnp.conj(a) if conj else a
     a = jnp.swapaxes(a, -1, -2) if transpose_a else a
     return jnp.matmul(a, x, precision=HIGHEST)
-
-
-def operands(rng, dtype, *shapes):
-    return tuple(jnp.asarray(random_operand(rng, s, dtype)) for s in shapes)
-
-
-def assert_tree_close(got, want, rtol, msg=""):
-    got_leaves, got_tree = jax.tree.flatten(got)
-    want_leaves, want_tree = jax.tree.flatten(want)
-    assert got_tree == want_tree, f"{msg}: tree structures differ"
-    for g, w in zip(got_leaves, want_leaves):
-        g, w = np.asarray(g), np.asarray(w)
-        assert g.shape == w.shape, f"{msg}: shape {g.shape} != {w.shape}"
-        assert g.dtype == w.dtype, f"{msg}: dtype {g.dtype} != {w.dtype}"
-        scale = max(1.0, float(np.max(np.abs(w)))) if w.size else 1.0
-        np.testing.assert_allclose(g, w, rtol=rtol, atol=rtol * scale, err_msg=msg)
 
 
 # --- values ------------------------------------------------------------------------------
@@ -110,7 +91,7 @@ def test_jit_equals_eager(dtype, transpose_a):
 
 def test_conj_is_ignored_for_real_operands():
     rng = np.random.default_rng(1)
-    a, x = operands(rng, "float64", (7, 5), (5, 2))
+    a, x = random_jax_operands(rng, "float64", (7, 5), (5, 2))
     np.testing.assert_array_equal(jax_tsmm.mtsm(a, x, conj=True), jax_tsmm.mtsm(a, x))
     jaxpr = str(jax.make_jaxpr(lambda a, x: jax_tsmm.mtsm(a, x, conj=True))(a, x))
     assert "conj=False" in jaxpr
@@ -160,7 +141,7 @@ def test_check_grads(dtype, conj, batched, transpose_a):
         shapes = ((2, 1) + a_shape(transpose_a, m, k), (3, k, n))
     else:
         shapes = (a_shape(transpose_a, m, k), (k, n))
-    a, x = operands(rng, dtype, *shapes)
+    a, x = random_jax_operands(rng, dtype, *shapes)
     f = functools.partial(jax_tsmm.mtsm, transpose_a=transpose_a, conj=conj)
     check_grads(f, (a, x), order=2, modes=("fwd", "rev"))
     if batched and dtype == "complex128" and transpose_a:
@@ -190,8 +171,8 @@ def test_grad_matches_jnp(dtype, conj, transpose_a, batched):
         shapes = ((3, 1) + a_shape(transpose_a, m, k), (2, k, n))
     else:
         shapes = (a_shape(transpose_a, m, k), (k, n))
-    a, x = operands(rng, dtype, *shapes)
-    rtol = RTOL[np.dtype(dtype)]
+    a, x = random_jax_operands(rng, dtype, *shapes)
+    rtol = DERIVATIVE_RTOL[np.dtype(dtype)]
     lt = make_loss(jax_tsmm.mtsm, transpose_a, conj)
     lj = make_loss(mtsm_jnp, transpose_a, conj)
     transforms = [lambda f: jax.jit(jax.grad(f, argnums=(0, 1)))]
@@ -208,10 +189,10 @@ def test_jvp_vjp_linearize(dtype, transpose_a, conj):
     rng = np.random.default_rng(4)
     m, k, n = 5, 9, 3
     sa, sx = (2,) + a_shape(transpose_a, m, k), (k, n)
-    a, x, da, dx = operands(rng, dtype, sa, sx, sa, sx)
+    a, x, da, dx = random_jax_operands(rng, dtype, sa, sx, sa, sx)
     ft = functools.partial(jax_tsmm.mtsm, transpose_a=transpose_a, conj=conj)
     fj = functools.partial(mtsm_jnp, transpose_a=transpose_a, conj=conj)
-    rtol = RTOL[np.dtype(dtype)]
+    rtol = DERIVATIVE_RTOL[np.dtype(dtype)]
     assert_tree_close(jax.jvp(ft, (a, x), (da, dx)), jax.jvp(fj, (a, x), (da, dx)), rtol, "jvp")
     out_t, vjp_t = jax.vjp(ft, a, x)
     out_j, vjp_j = jax.vjp(fj, a, x)
@@ -225,8 +206,8 @@ def test_jvp_vjp_linearize(dtype, transpose_a, conj):
 @pytest.mark.parametrize("transpose_a", (False, True))
 def test_jacfwd_jacrev(transpose_a):
     rng = np.random.default_rng(5)
-    f64 = operands(rng, "float64", a_shape(transpose_a, 4, 6), (6, 2))
-    c128 = operands(rng, "complex128", a_shape(transpose_a, 4, 6), (6, 2))
+    f64 = random_jax_operands(rng, "float64", a_shape(transpose_a, 4, 6), (6, 2))
+    c128 = random_jax_operands(rng, "complex128", a_shape(transpose_a, 4, 6), (6, 2))
     ft = functools.partial(jax_tsmm.mtsm, transpose_a=transpose_a)
     fj = functools.partial(mtsm_jnp, transpose_a=transpose_a)
     for jac in (jax.jacfwd, jax.jacrev):
@@ -239,7 +220,7 @@ def test_jacfwd_jacrev(transpose_a):
 
 def test_hessian():
     rng = np.random.default_rng(6)
-    a, x = operands(rng, "float64", (5, 4), (5, 2))
+    a, x = random_jax_operands(rng, "float64", (5, 4), (5, 2))
     for transpose_a in (False, True):
         a_ = a if transpose_a else a.T
         lt = make_loss(jax_tsmm.mtsm, transpose_a, False)
@@ -316,7 +297,7 @@ def test_nested_vmap_and_batched_operands(transpose_a):
 @pytest.mark.parametrize("transpose_a", (False, True))
 def test_vmap_of_grad(transpose_a):
     rng = np.random.default_rng(9)
-    a, x = operands(rng, "complex128", (V,) + a_shape(transpose_a, 5, 8), (V, 8, 2))
+    a, x = random_jax_operands(rng, "complex128", (V,) + a_shape(transpose_a, 5, 8), (V, 8, 2))
     lt = make_loss(jax_tsmm.mtsm, transpose_a, True)
     lj = make_loss(mtsm_jnp, transpose_a, True)
     g = jax.jit(jax.vmap(jax.grad(lt, (0, 1))))(a, x)

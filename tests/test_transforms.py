@@ -18,6 +18,9 @@ from jax.test_util import check_grads
 
 import jax_tsmm
 from reference import (
+    DERIVATIVE_RTOL,
+    assert_tree_close,
+    random_jax_operands,
     OPS,
     assert_close,
     assert_same,
@@ -25,12 +28,6 @@ from reference import (
 )
 
 HIGHEST = lax.Precision.HIGHEST
-RTOL = {
-    np.dtype(np.float64): 1e-10,
-    np.dtype(np.complex128): 1e-10,
-    np.dtype(np.float32): 2e-4,
-    np.dtype(np.complex64): 2e-4,
-}
 
 
 # --- the same products written with jnp.matmul ----------------------------------------
@@ -53,22 +50,6 @@ def second_shape(op, k, m, n):
     return (k, n) if op == "atb" else (m, n)
 
 
-def assert_tree_close(got, want, rtol, msg=""):
-    got_leaves, got_tree = jax.tree.flatten(got)
-    want_leaves, want_tree = jax.tree.flatten(want)
-    assert got_tree == want_tree, f"{msg}: tree structures differ"
-    for g, w in zip(got_leaves, want_leaves):
-        g, w = np.asarray(g), np.asarray(w)
-        assert g.shape == w.shape, f"{msg}: shape {g.shape} != {w.shape}"
-        assert g.dtype == w.dtype, f"{msg}: dtype {g.dtype} != {w.dtype}"
-        scale = max(1.0, float(np.max(np.abs(w)))) if w.size else 1.0
-        np.testing.assert_allclose(g, w, rtol=rtol, atol=rtol * scale, err_msg=msg)
-
-
-def operands(rng, dtype, *shapes):
-    return tuple(jnp.asarray(random_operand(rng, s, dtype)) for s in shapes)
-
-
 # --- numerical derivative checks -------------------------------------------------------
 
 
@@ -78,7 +59,7 @@ def operands(rng, dtype, *shapes):
 def test_check_grads_atb(dtype, conj, batched):
     rng = np.random.default_rng(0)
     a_shape, b_shape = ((2, 1, 7, 3), (3, 7, 2)) if batched else ((7, 3), (7, 2))
-    a, b = operands(rng, dtype, a_shape, b_shape)
+    a, b = random_jax_operands(rng, dtype, a_shape, b_shape)
     f = functools.partial(jax_tsmm.atb, conj=conj)
     check_grads(f, (a, b), order=2, modes=("fwd", "rev"))
     check_grads(jax.jit(f), (a, b), order=2, modes=("fwd", "rev"))
@@ -89,7 +70,7 @@ def test_check_grads_atb(dtype, conj, batched):
 def test_check_grads_ab(dtype, batched):
     rng = np.random.default_rng(1)
     a_shape, c_shape = ((2, 1, 7, 3), (3, 3, 2)) if batched else ((7, 3), (3, 2))
-    a, c = operands(rng, dtype, a_shape, c_shape)
+    a, c = random_jax_operands(rng, dtype, a_shape, c_shape)
     check_grads(jax_tsmm.ab, (a, c), order=2, modes=("fwd", "rev"))
     check_grads(jax.jit(jax_tsmm.ab), (a, c), order=2, modes=("fwd", "rev"))
 
@@ -100,7 +81,7 @@ def test_check_grads_composition(dtype, conj):
     """A projection V - Q (op(Q)ᵀ V) then a nonlinearity: both primitives and
     their transposes meet in one derivative."""
     rng = np.random.default_rng(2)
-    q, v = operands(rng, dtype, (9, 3), (9, 2))
+    q, v = random_jax_operands(rng, dtype, (9, 3), (9, 2))
     q = q * 0.3  # keep the curvature moderate for the finite differences
 
     def f(q, v):
@@ -134,14 +115,14 @@ LOSS_JNP = {c: make_loss(atb_jnp, ab_jnp, c) for c in (False, True)}
 def test_issue_check_jit_grad_of_hermitian_norm(dtype, conj):
     """The issue's check: jit(grad(sum |atb(a, b, conj)|²)) equals the jnp version."""
     rng = np.random.default_rng(3)
-    a, b = operands(rng, dtype, (1031, 5), (1031, 4))
+    a, b = random_jax_operands(rng, dtype, (1031, 5), (1031, 4))
 
     def f(atb):
         return lambda a, b: jnp.sum(jnp.abs(atb(a, b, conj=conj)) ** 2)
 
     got = jax.jit(jax.grad(f(jax_tsmm.atb), argnums=(0, 1)))(a, b)
     want = jax.jit(jax.grad(f(atb_jnp), argnums=(0, 1)))(a, b)
-    assert_tree_close(got, want, RTOL[np.dtype(dtype)], "jit(grad)")
+    assert_tree_close(got, want, DERIVATIVE_RTOL[np.dtype(dtype)], "jit(grad)")
 
 
 @pytest.mark.parametrize("dtype", ("float64", "complex128", "float32"), ids=str)
@@ -150,8 +131,8 @@ def test_issue_check_jit_grad_of_hermitian_norm(dtype, conj):
 def test_grad_value_and_grad_checkpoint(dtype, conj, batched):
     rng = np.random.default_rng(4)
     shapes = ((3, 40, 4), (1, 40, 2)) if batched else ((40, 4), (40, 2))
-    a, b = operands(rng, dtype, *shapes)
-    rtol = RTOL[np.dtype(dtype)]
+    a, b = random_jax_operands(rng, dtype, *shapes)
+    rtol = DERIVATIVE_RTOL[np.dtype(dtype)]
     lt, lj = LOSS_TSMM[conj], LOSS_JNP[conj]
     for transform in (
         lambda f: jax.grad(f, argnums=(0, 1)),
@@ -167,11 +148,11 @@ def test_grad_value_and_grad_checkpoint(dtype, conj, batched):
 @pytest.mark.parametrize("dtype", ("float64", "complex128"))
 def test_jvp_vjp_linearize(op, dtype, conj):
     rng = np.random.default_rng(5)
-    x, y, dx, dy = operands(rng, dtype, (2, 30, 4), (30, 3) if op == "atb" else (4, 3),
+    x, y, dx, dy = random_jax_operands(rng, dtype, (2, 30, 4), (30, 3) if op == "atb" else (4, 3),
                             (2, 30, 4), (30, 3) if op == "atb" else (4, 3))
     ft = (lambda p, q: jax_tsmm.atb(p, q, conj=conj)) if op == "atb" else jax_tsmm.ab
     fj = (lambda p, q: atb_jnp(p, q, conj=conj)) if op == "atb" else ab_jnp
-    rtol = RTOL[np.dtype(dtype)]
+    rtol = DERIVATIVE_RTOL[np.dtype(dtype)]
 
     assert_tree_close(jax.jvp(ft, (x, y), (dx, dy)), jax.jvp(fj, (x, y), (dx, dy)), rtol, "jvp")
     out_t, vjp_t = jax.vjp(ft, x, y)
@@ -189,7 +170,7 @@ def test_jvp_vjp_linearize(op, dtype, conj):
 @pytest.mark.parametrize("op", OPS)
 def test_jacfwd_jacrev_real(op):
     rng = np.random.default_rng(6)
-    x, y = operands(rng, "float64", (6, 3), (6, 2) if op == "atb" else (3, 2))
+    x, y = random_jax_operands(rng, "float64", (6, 3), (6, 2) if op == "atb" else (3, 2))
     ft, fj = TSMM[op], JNP[op]
     for jac in (jax.jacfwd, jax.jacrev):
         assert_tree_close(jac(ft, argnums=(0, 1))(x, y), jac(fj, argnums=(0, 1))(x, y), 1e-12, jac.__name__)
@@ -199,7 +180,7 @@ def test_jacfwd_jacrev_real(op):
 def test_jacfwd_jacrev_holomorphic(op):
     """Without conj both products are holomorphic in each operand."""
     rng = np.random.default_rng(7)
-    x, y = operands(rng, "complex128", (6, 3), (6, 2) if op == "atb" else (3, 2))
+    x, y = random_jax_operands(rng, "complex128", (6, 3), (6, 2) if op == "atb" else (3, 2))
     ft, fj = TSMM[op], JNP[op]
     for jac in (jax.jacfwd, jax.jacrev):
         got = jac(ft, argnums=(0, 1), holomorphic=True)(x, y)
@@ -210,7 +191,7 @@ def test_jacfwd_jacrev_holomorphic(op):
 @pytest.mark.parametrize("conj", (False, True))
 def test_hessian(conj):
     rng = np.random.default_rng(8)
-    a, b = operands(rng, "float64", (5, 3), (5, 2))
+    a, b = random_jax_operands(rng, "float64", (5, 3), (5, 2))
     for argnums in (0, 1, (0, 1)):
         got = jax.jit(jax.hessian(LOSS_TSMM[conj], argnums=argnums))(a, b)
         want = jax.jit(jax.hessian(LOSS_JNP[conj], argnums=argnums))(a, b)
@@ -219,7 +200,7 @@ def test_hessian(conj):
 
 def test_hessian_vector_product_complex():
     rng = np.random.default_rng(9)
-    a, b, v = operands(rng, "complex128", (8, 3), (8, 2), (8, 3))
+    a, b, v = random_jax_operands(rng, "complex128", (8, 3), (8, 2), (8, 3))
 
     def hvp(loss):
         return jax.jvp(jax.grad(loss), (a, b), (v, jnp.zeros_like(b)))[1]
@@ -319,7 +300,7 @@ def test_nested_vmap(op):
 @pytest.mark.parametrize("conj", (False, True))
 def test_vmap_of_grad_is_per_example_grad(conj):
     rng = np.random.default_rng(13)
-    a, b = operands(rng, "complex128", (V, 12, 3), (V, 12, 2))
+    a, b = random_jax_operands(rng, "complex128", (V, 12, 3), (V, 12, 2))
     g = jax.vmap(jax.grad(LOSS_TSMM[conj], argnums=(0, 1)))(a, b)
     for i in range(V):
         want = jax.grad(LOSS_JNP[conj], argnums=(0, 1))(a[i], b[i])
@@ -336,7 +317,7 @@ def test_vmap_of_grad_is_per_example_grad(conj):
 
 def test_vmap_of_jvp_and_of_vjp():
     rng = np.random.default_rng(14)
-    a, b, da = operands(rng, "float64", (V, 10, 3), (10, 2), (V, 10, 3))
+    a, b, da = random_jax_operands(rng, "float64", (V, 10, 3), (10, 2), (V, 10, 3))
     f_t = lambda a, da: jax.jvp(lambda x: jax_tsmm.atb(x, b), (a,), (da,))
     f_j = lambda a, da: jax.jvp(lambda x: atb_jnp(x, b), (a,), (da,))
     assert_tree_close(jax.vmap(f_t)(a, da), jax.vmap(f_j)(a, da), 1e-12, "vmap(jvp)")
