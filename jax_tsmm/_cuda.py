@@ -20,6 +20,7 @@ from jax_tsmm import _dispatch, _kernels
 from jax_tsmm._primitives import ab_local_p, ab_update_local_p, ab_xla, atb_local_p, atb_xla
 
 DEFAULT_ARCH = "sm_90"
+DEFAULT_MULTIPROCESSORS = 132  # an H100 SXM's, for lowering without a GPU
 
 
 @functools.cache
@@ -44,6 +45,15 @@ def arch() -> str:
     except RuntimeError:
         return DEFAULT_ARCH
     return "sm_" + capability.replace(".", "")
+
+
+@functools.cache
+def multiprocessors() -> int:
+    """Streaming multiprocessors of the local GPU, which size the launch grids."""
+    try:
+        return jax.devices("cuda")[0].core_count
+    except RuntimeError:
+        return DEFAULT_MULTIPROCESSORS
 
 
 def _lowering(op: str, target: str, xla_impl):
