@@ -60,6 +60,22 @@ __device__ __forceinline__ void tsmm_dmma(double& d0, double& d1, double a, doub
                : "+d"(d0), "+d"(d1) : "d"(a), "d"(b));
 }
 
+// The fused update's scalar arithmetic, alpha * x and alpha * x + beta * y, for
+// real and complex (.x real, .y imaginary) elements.
+__device__ __forceinline__ float tsmm_scale(const double* s, float x) { return static_cast<float>(s[0]) * x; }
+__device__ __forceinline__ double tsmm_scale(const double* s, double x) { return s[0] * x; }
+__device__ __forceinline__ float2 tsmm_scale(const double* s, float2 x) {
+  const float re = static_cast<float>(s[0]), im = static_cast<float>(s[1]);
+  return make_float2(re * x.x - im * x.y, re * x.y + im * x.x);
+}
+__device__ __forceinline__ double2 tsmm_scale(const double* s, double2 x) {
+  return make_double2(s[0] * x.x - s[1] * x.y, s[0] * x.y + s[1] * x.x);
+}
+__device__ __forceinline__ float tsmm_add(float x, float y) { return x + y; }
+__device__ __forceinline__ double tsmm_add(double x, double y) { return x + y; }
+__device__ __forceinline__ float2 tsmm_add(float2 x, float2 y) { return make_float2(x.x + y.x, x.y + y.y); }
+__device__ __forceinline__ double2 tsmm_add(double2 x, double2 y) { return make_double2(x.x + y.x, x.y + y.y); }
+
 // Elements a pointer lies past the previous 16-byte boundary.
 template <typename T>
 __device__ __forceinline__ int tsmm_misalignment(const T* p) {
@@ -423,8 +439,22 @@ def _emit_ab(spec: KernelSpec) -> str:
     c_bytes = spec.c_shared_bytes
 
     body = _block_prologue(spec, ar, "c")
+    if p.update:
+        body += [
+            "// Fused update (BLAS's beta * y + alpha * A C): y is read in the pass that writes",
+            "// out, and only where beta is nonzero. No __restrict__: y may be out itself, which",
+            "// is safe because each element is read and then written by the same thread.",
+            f"{e}* out = static_cast<{e}*>(args.out) + item * args.k * {p.n};",
+            f"const {e}* y = static_cast<const {e}*>(args.y) + item * args.k * {p.n};",
+            "const bool read_y = args.beta[0] != 0 || args.beta[1] != 0;",
+            f"auto update = [&]({e} acc, {e} y_value) {{",
+            "  return read_y ? tsmm_add(tsmm_scale(args.alpha, acc), tsmm_scale(args.beta, y_value))",
+            "                : tsmm_scale(args.alpha, acc);",
+            "};",
+        ]
+    else:
+        body += [f"{e}* __restrict__ out = static_cast<{e}*>(args.out) + item * args.k * {p.n};"]
     body += [
-        f"{e}* __restrict__ out = static_cast<{e}*>(args.out) + item * args.k * {p.n};",
         "",
         f"// Thread place: columns `lane` of N ({tn} per thread), rows `row_group` of each pass",
         f"// ({tm} per thread, {rows_per_pass} per pass of the block): a {tm}x{tn} register tile.",
@@ -451,7 +481,23 @@ def _emit_ab(spec: KernelSpec) -> str:
         c_read = "__ldg(&c[m * {n} + col{j}])"
 
     def tile_pass(guard_rows: bool) -> list[str]:
+        def guarded(i: int, j: int, line: str) -> str:
+            guards = [g for g in (f"base + tile_row{i} < rows" if guard_rows else None,
+                                  _valid("col", j, lanes, tn, p.n)) if g]
+            return f"if ({' && '.join(guards)}) {line}" if guards else line
+
+        def at(i: int, j: int) -> str:
+            return f"(row0 + base + tile_row{i}) * {p.n} + col{j}"
+
         lines = [f"{e} acc_{i}_{j} = {ar.zero()};" for i in range(tm) for j in range(tn)]
+        if p.update:
+            lines += [
+                "// y's tile is loaded before the products, so its latency hides behind them.",
+                *[f"{e} y_{i}_{j} = {ar.zero()};" for i in range(tm) for j in range(tn)],
+                "if (read_y) {",
+                *["  " + guarded(i, j, f"y_{i}_{j} = y[{at(i, j)}];") for i in range(tm) for j in range(tn)],
+                "}",
+            ]
         lines += [
             "// Outer products over the inner index m: per m, the thread's A values and C values",
             f"// feed {tm * tn} FMAs.",
@@ -464,10 +510,8 @@ def _emit_ab(spec: KernelSpec) -> str:
         ]
         for i in range(tm):
             for j in range(tn):
-                guards = [g for g in (f"base + tile_row{i} < rows" if guard_rows else None,
-                                      _valid("col", j, lanes, tn, p.n)) if g]
-                line = f"out[(row0 + base + tile_row{i}) * {p.n} + col{j}] = acc_{i}_{j};"
-                lines.append(f"if ({' && '.join(guards)}) {line}" if guards else line)
+                value = f"update(acc_{i}_{j}, y_{i}_{j})" if p.update else f"acc_{i}_{j}"
+                lines.append(guarded(i, j, f"out[{at(i, j)}] = {value};"))
         return lines
 
     copy_a, offset_a = _staging(spec, e, "a", p.m)

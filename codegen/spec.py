@@ -39,6 +39,9 @@ class Problem:
     m: int
     n: int
     conj: bool = False  # op(A) = conj(A); only meaningful for complex dtypes
+    # ab only: out = beta * y + alpha * op(A) C in the same pass (BLAS's update;
+    # alpha and beta are launch arguments, y may be out itself)
+    update: bool = False
 
     @property
     def real_type(self) -> str:
@@ -203,7 +206,8 @@ class KernelSpec:
         words = (2 if p.real_type == "double" else 1) * p.components
         accumulators = c.tile_m * c.tile_n * words * (2 if c.mma else 1)
         operands = (c.tile_m + c.tile_n) * words
-        return accumulators + operands + 40
+        update_tile = c.tile_m * c.tile_n * words if p.update else 0  # y, loaded ahead
+        return accumulators + operands + update_tile + 40
 
     @property
     def name(self) -> str:
@@ -212,8 +216,8 @@ class KernelSpec:
         source_fields = dataclasses.asdict(c)
         del source_fields["blocks_per_sm"]  # a launch parameter, not part of the source
         digest = hashlib.sha1(repr((p, sorted(source_fields.items()))).encode()).hexdigest()[:10]
-        conj = "c" if p.conj else ""
-        return f"tsmm_{p.op}{conj}_{p.dtype}_m{p.m}_n{p.n}_{digest}"
+        op = p.op + ("c" if p.conj else "") + ("_update" if p.update else "")
+        return f"tsmm_{op}_{p.dtype}_m{p.m}_n{p.n}_{digest}"
 
 
 def _ceil_div(x: int, y: int) -> int:
@@ -238,6 +242,8 @@ def validate(spec: KernelSpec) -> None:
         errors.append(f"M and N must lie in 1..128, got {p.m}x{p.n}")
     if p.conj and p.components == 1:
         errors.append("conj applies to complex dtypes only")
+    if p.update and p.op != "ab":
+        errors.append("update applies to ab only")
     if c.mapping not in ("interleaved", "blocked"):
         errors.append(f"mapping must be 'interleaved' or 'blocked', got {c.mapping!r}")
     if c.c_source not in ("shared", "global"):

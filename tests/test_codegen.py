@@ -36,6 +36,8 @@ def _sample_specs() -> list[KernelSpec]:
         (Problem("atb", "float64", 9, 6), Config(tile_m=2, tile_n=3, row_groups=16, rows_per_stage=32, padded=True, m_panels=2)),
         (Problem("atb", "complex128", 100, 90), default_config(Problem("atb", "complex128", 100, 90))),
         (Problem("atb", "float64", 30, 9), Config(tile_m=1, tile_n=2, mapping="blocked", row_groups=2, rows_per_stage=24, stages=2, mma=True)),
+        (Problem("ab", "complex64", 6, 5, update=True), Config(tile_m=2, tile_n=2, row_groups=16, rows_per_stage=64, stages=3, c_source="global")),
+        (Problem("ab", "float32", 16, 16, update=True), default_config(Problem("ab", "float32", 16, 16, update=True))),
     ]
     return specs + [KernelSpec(p, c) for p, c in variants]
 
@@ -76,7 +78,8 @@ def test_invalid_specs_are_rejected_with_a_reason(change, reason):
 
 def test_bad_problems_are_rejected():
     for problem in (Problem("atc", "float64", 4, 4), Problem("atb", "int32", 4, 4),
-                    Problem("atb", "float64", 0, 4), Problem("atb", "float64", 4, 4, conj=True)):
+                    Problem("atb", "float64", 0, 4), Problem("atb", "float64", 4, 4, conj=True),
+                    Problem("atb", "float64", 4, 4, update=True)):
         with pytest.raises(InvalidSpec):
             validate(KernelSpec(problem, Config()))
 

@@ -6,6 +6,7 @@ surface as Python errors."""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -29,6 +30,25 @@ def test_kernels_lower_to_ffi_calls():
     c = jnp.ones((8, 8))
     assert "tsmm_atb" in cuda_hlo(jax_tsmm.atb, a, a)
     assert "tsmm_ab" in cuda_hlo(jax_tsmm.ab, a, c)
+
+
+def test_ab_update_lowers_to_one_fused_call():
+    """V - Q C: one custom call that aliases its result to V (no separate update);
+    with beta = 0 V is not read and plain ab serves."""
+    q, c, v = jnp.ones((1000, 8)), jnp.ones((8, 4)), jnp.ones((1000, 4))
+    hlo = cuda_hlo(lambda q, c, v: jax_tsmm.ab(q, c, out=v, alpha=-1, beta=1), q, c, v)
+    assert hlo.count("stablehlo.custom_call") == 1 and "@tsmm_ab_update" in hlo
+    assert "output_operand_aliases" in hlo and "operand_index = 2" in hlo
+    hlo = cuda_hlo(lambda q, c, v: jax_tsmm.ab(q, c, out=v, alpha=2), q, c, v)
+    assert "@tsmm_ab(" in hlo and "@tsmm_ab_update" not in hlo
+
+
+def test_atb_partials_are_a_second_result():
+    """The launch grid is fixed at lowering and atb's partial sums are an XLA
+    buffer: nothing is allocated during the call (CUDA-graph safe)."""
+    hlo = cuda_hlo(jax_tsmm.atb, jnp.ones((100_000, 7)), jnp.ones((100_000, 9)))
+    assert "@tsmm_atb" in hlo and "grid_k = " in hlo
+    assert re.search(r"-> \(tensor<7x9xf64>, tensor<[1-9][0-9]*xf64>\)", hlo)
 
 
 def test_grad_lowers_to_both_kernels():
