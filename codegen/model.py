@@ -23,7 +23,7 @@ ROWS_PER_THREAD = 4  # per stage, at least, for atb
 SECTOR_BYTES = 32  # ab: neighbouring threads store at least one full sector of a row
 SHARED_BUDGET = 112 * 1024  # two blocks per SM
 C_SHARED_LIMIT = 48 * 1024
-# float64 atb wider than 16 x 16 turns compute-bound on the FMA units: use DMMA.
+# float64 wider than 16 x 16 turns compute-bound on the FMA units: use DMMA.
 MMA_MIN_OUTPUTS = 16 * 16
 
 
@@ -76,11 +76,30 @@ def _atb_mma_config(problem: Problem) -> Config:
                   stages=STAGES, unroll=2, mma=True, blocks_per_sm=BLOCKS_PER_SM)
 
 
+def _ab_mma_config(problem: Problem) -> Config:
+    """DMMA: each warp 2 blocks of 8 columns of N with C's fragments in registers,
+    slabs of 8 rows (2 unless the registers would keep two blocks off an SM),
+    enough row groups of warps for ~TARGET_THREADS threads."""
+    tile_n = min(math.ceil(problem.n / 8), 2)
+    warps_n = math.ceil(math.ceil(problem.n / 8) / tile_n)
+    row_groups = max(1, TARGET_THREADS // (32 * warps_n))
+    for tile_m in (2, 1):
+        config = Config(tile_m=tile_m, tile_n=tile_n, mapping="blocked", row_groups=row_groups,
+                        rows_per_stage=8 * tile_m * row_groups, stages=STAGES, c_source="global",
+                        mma=True, blocks_per_sm=BLOCKS_PER_SM)
+        probe = KernelSpec(problem, config)
+        if probe.threads * probe.estimated_registers() * BLOCKS_PER_SM <= 65536:
+            break
+    rows = _rows_per_stage(problem, probe.smem_stride(problem.m) * problem.element_bytes, probe.rows_per_pass)
+    return dataclasses.replace(config, rows_per_stage=rows)
+
+
 def default_config(problem: Problem) -> Config:
     """A valid configuration for ``problem`` from the model above."""
     widest = _widest_tile(problem)
-    if problem.op == "atb" and problem.dtype == "float64" and problem.m * problem.n > MMA_MIN_OUTPUTS:
-        return _shrink_to_fit(problem, _atb_mma_config(problem))
+    if problem.dtype == "float64" and problem.m * problem.n > MMA_MIN_OUTPUTS:
+        mma_config = _atb_mma_config if problem.op == "atb" else _ab_mma_config
+        return _shrink_to_fit(problem, mma_config(problem))
     if problem.op == "atb":
         # More panels (blocks along M) only when one block cannot hold the result.
         for m_panels in range(1, problem.m + 1):

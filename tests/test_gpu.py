@@ -211,6 +211,16 @@ def test_tensor_core_path(k):
     assert np.array_equal(np.asarray(run("atb", a, b)), first)
 
 
+@pytest.mark.parametrize("m, n", [(64, 64), (37, 29), (17, 100), (128, 128)])
+@pytest.mark.parametrize("k", [1, 33, 1000, 10**6 + 7])
+def test_tensor_core_path_ab(m, n, k):
+    """float64 ab wider than 16x16 runs on the FP64 tensor cores (DMMA), C in registers."""
+    rng = np.random.default_rng()
+    assert _dispatch.select("ab", "float64", m, n, k, 1, False, _cuda.arch()).config.mma
+    a, c = operands(rng, "ab", "float64", k, m, n, (2,), (1,))
+    assert_close(run("ab", a, c), a, c, op="ab")
+
+
 # --- ab's fused update: beta * y + alpha * A C in one pass ---------------------------
 
 UPDATE_CASES = [  # dtype, M, N, alpha, beta, batch of a and y
