@@ -9,7 +9,8 @@ sides read one definition.
 Each module defines ``extern "C"`` kernels named after the spec:
   atb: ``<name>`` writes one partial M×N sum per block (straight into ``out``
        when ``grid_k`` is 1) and ``<name>_finalize`` adds the ``grid_k``
-       partials of each batch item in a fixed order (deterministic).
+       partials of each batch item in a fixed order (deterministic), one warp
+       per output element: ``ceil(batch * M * N * 32 / 256)`` blocks of 256.
   ab:  ``<name>`` writes ``out`` directly; with ``update`` it writes
        ``beta * y + alpha * op(A) C`` (``y`` is not read where beta is 0, and
        may be ``out`` itself: each element is read and written by one thread).

@@ -44,6 +44,19 @@ __device__ __forceinline__ void tsmm_stage_copy(T* dst, const T* src, int shift,
   }
 }
 
+// Two neighbouring doubles as one 16-byte access where `vector` says they are aligned.
+__device__ __forceinline__ void tsmm_store_pair(double* p, bool vector, double v0, double v1) {
+  if (vector) {
+    *reinterpret_cast<double2*>(p) = make_double2(v0, v1);
+  } else {
+    p[0] = v0;
+    p[1] = v1;
+  }
+}
+__device__ __forceinline__ double2 tsmm_load_pair(const double* p, bool vector) {
+  return vector ? *reinterpret_cast<const double2*>(p) : make_double2(p[0], p[1]);
+}
+
 // Elements a pointer lies past the previous 16-byte boundary.
 template <typename T>
 __device__ __forceinline__ int tsmm_misalignment(const T* p) {
@@ -429,16 +442,23 @@ def _atb_block_reduction(spec: KernelSpec, ar: _Arith, outputs) -> list[str]:
 def _atb_finalize(spec: KernelSpec, ar: _Arith) -> list[str]:
     e = ar.elem
     mn = spec.problem.m * spec.problem.n
+    lanes_add = (f"make_{e}(sum.x + __shfl_down_sync(0xffffffffu, sum.x, offset), "
+                 f"sum.y + __shfl_down_sync(0xffffffffu, sum.y, offset))") if ar.complex else \
+        "sum + __shfl_down_sync(0xffffffffu, sum, offset)"
     return [
-        "// Second stage of the deterministic reduction: each batch item's grid_k",
-        "// partials are added in chunk order, one thread per output element.",
-        "const long long idx = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x;",
-        f"if (idx >= args.batch * {mn}) return;",
-        f"const long long item = idx / {mn};",
-        f"const {e}* partial = static_cast<const {e}*>(args.partials) + item * args.grid_k * {mn} + idx % {mn};",
-        f"{e} sum = partial[0];",
-        f"for (long long g = 1; g < args.grid_k; ++g) sum = {ar.add('sum', f'partial[g * {mn}]')};",
-        f"static_cast<{e}*>(args.out)[idx] = sum;",
+        "// Second stage of the deterministic reduction: one warp per output element. Its",
+        "// lanes stride over the grid_k partials, then a fixed shuffle tree adds the lanes:",
+        "// the same order on every run, and grid_k / 32 dependent loads instead of grid_k.",
+        "const long long element = (static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;",
+        "const int lane = threadIdx.x % 32;",
+        f"if (element >= args.batch * {mn}) return;  // whole warps",
+        f"const long long item = element / {mn};",
+        f"const {e}* partial = static_cast<const {e}*>(args.partials) + item * args.grid_k * {mn} + element % {mn};",
+        f"{e} sum = {ar.zero()};",
+        f"for (long long g = lane; g < args.grid_k; g += 32) sum = {ar.add('sum', f'partial[g * {mn}]')};",
+        "#pragma unroll",
+        f"for (int offset = 16; offset > 0; offset /= 2) sum = {lanes_add};",
+        f"if (lane == 0) static_cast<{e}*>(args.out)[element] = sum;",
     ]
 
 
@@ -493,9 +513,11 @@ def _emit_ab(spec: KernelSpec) -> str:
     return _kernels(spec, [(spec.name, spec.threads, body)])
 
 
-def _ab_store(spec: KernelSpec, ar: _Arith, tiles: list[tuple[str, str, str, str | None]]) -> tuple[list[str], list[str]]:
-    """(y prefetch, stores) for (accumulator, row in the chunk, column, guard) tuples;
-    the y loads go before the products, so their latency hides behind them."""
+def _ab_store(spec: KernelSpec, ar: _Arith, tiles: list[tuple[tuple[str, ...], str, str, str | None]]) -> tuple[list[str], list[str]]:
+    """(y prefetch, stores) for (accumulators, row in the chunk, first column, guard)
+    tuples: one accumulator, or two of neighbouring columns stored as a pair
+    (``out_pairs``/``y_pairs`` say whether pairs are 16-byte aligned). The y loads
+    go before the products, so their latency hides behind them."""
     p = spec.problem
 
     def guarded(guard: str | None, line: str) -> str:
@@ -504,15 +526,27 @@ def _ab_store(spec: KernelSpec, ar: _Arith, tiles: list[tuple[str, str, str, str
     at = lambda row, col: f"(row0 + {row}) * {p.n} + {col}"  # noqa: E731
     prefetch = []
     if p.update:
+        loads = []
+        for accs, row, col, guard in tiles:
+            if len(accs) == 1:
+                loads.append(guarded(guard, f"y_{accs[0]} = y[{at(row, col)}];"))
+            else:
+                pair = f"tsmm_load_pair(&y[{at(row, col)}], y_pairs)"
+                loads.append(guarded(guard, f"{{ const double2 v = {pair}; y_{accs[0]} = v.x; y_{accs[1]} = v.y; }}"))
         prefetch = [
             "// y's tile, loaded ahead of the products.",
-            *[f"{ar.elem} y_{acc} = {ar.zero()};" for acc, _, _, _ in tiles],
+            *[f"{ar.elem} y_{acc} = {ar.zero()};" for accs, _, _, _ in tiles for acc in accs],
             "if (read_y) {",
-            *["  " + guarded(guard, f"y_{acc} = y[{at(row, col)}];") for acc, row, col, guard in tiles],
+            *["  " + line for line in loads],
             "}",
         ]
-    stores = [guarded(guard, f"out[{at(row, col)}] = {f'update({acc}, y_{acc})' if p.update else acc};")
-              for acc, row, col, guard in tiles]
+    value = lambda acc: f"update({acc}, y_{acc})" if p.update else acc  # noqa: E731
+    stores = []
+    for accs, row, col, guard in tiles:
+        if len(accs) == 1:
+            stores.append(guarded(guard, f"out[{at(row, col)}] = {value(accs[0])};"))
+        else:
+            stores.append(guarded(guard, f"tsmm_store_pair(&out[{at(row, col)}], out_pairs, {value(accs[0])}, {value(accs[1])});"))
     return prefetch, stores
 
 
@@ -553,7 +587,7 @@ def _ab_fma_tiles(spec: KernelSpec, ar: _Arith):
             for j in range(tn):
                 guards = [g for g in (f"base + tile_row{i} < rows" if guard_rows else None,
                                       _valid("col", j, lanes, tn, p.n)) if g]
-                tiles.append((f"acc_{i}_{j}", f"base + tile_row{i}", f"col{j}", " && ".join(guards) or None))
+                tiles.append(((f"acc_{i}_{j}",), f"base + tile_row{i}", f"col{j}", " && ".join(guards) or None))
         prefetch, stores = _ab_store(spec, ar, tiles)
         return [
             *[f"{e} acc_{i}_{j} = {ar.zero()};" for i in range(tm) for j in range(tn)],
@@ -604,16 +638,26 @@ def _ab_mma_tiles(spec: KernelSpec, ar: _Arith):
         *[f"const int out_col{j}_{h} = (warp_n * {tn} + {j}) * 8 + 2 * frag_k + {h};" for j in range(tn) for h in range(2)],
     ]
     col_overhang = warps_n * tn * 8 > p.n
+    # With N even a lane's two columns of a block are neighbours at an even offset
+    # in every row: one 16-byte store (whole sectors) wherever the base is aligned.
+    pairs = p.n % 2 == 0
+    if pairs:
+        setup += [
+            "// Even N: a lane's two neighbouring columns go out as one 16-byte access where aligned.",
+            "const bool out_pairs = tsmm_misalignment(out) == 0;",
+            *(["const bool y_pairs = tsmm_misalignment(y) == 0;"] if p.update else []),
+        ]
 
     def tile_pass(guard_rows: bool) -> list[str]:
         tiles = []
         for i in range(tm):
             row = f"slab + {i * 8} + frag_row"
             for j in range(tn):
-                for h in range(2):
+                for h in range(1 if pairs else 2):
                     guards = [g for g in (f"{row} < rows" if guard_rows else None,
                                           f"out_col{j}_{h} < {p.n}" if col_overhang else None) if g]
-                    tiles.append((f"acc_{i}_{j}_{h}", row, f"out_col{j}_{h}", " && ".join(guards) or None))
+                    accs = (f"acc_{i}_{j}_0", f"acc_{i}_{j}_1") if pairs else (f"acc_{i}_{j}_{h}",)
+                    tiles.append((accs, row, f"out_col{j}_{h}", " && ".join(guards) or None))
         prefetch, stores = _ab_store(spec, ar, tiles)
         lines = [
             f"const int slab = base + row_group * {8 * tm};",

@@ -90,7 +90,9 @@ def _ab_mma_config(problem: Problem) -> Config:
         probe = KernelSpec(problem, config)
         if probe.threads * probe.estimated_registers() * BLOCKS_PER_SM <= 65536:
             break
-    rows = _rows_per_stage(problem, probe.smem_stride(problem.m) * problem.element_bytes, probe.rows_per_pass)
+    # At least two passes per stage: half the barriers per row of a one-pass stage.
+    rows = max(2 * probe.rows_per_pass,
+               _rows_per_stage(problem, probe.smem_stride(problem.m) * problem.element_bytes, probe.rows_per_pass))
     return dataclasses.replace(config, rows_per_stage=rows)
 
 

@@ -276,7 +276,8 @@ ffi::Error Tsmm(Op op, cudaStream_t stream, ffi::AnyBuffer a, ffi::AnyBuffer b, 
     return error;
   }
   if (!needs_finalize) return ffi::Error::Success();
-  const int64_t finalize_blocks = CeilDiv(args.batch * matrix_elements, kFinalizeThreads);
+  // One warp per output element.
+  const int64_t finalize_blocks = CeilDiv(args.batch * matrix_elements * 32, kFinalizeThreads);
   if (finalize_blocks > kMaxGridBlocks) {
     return ffi::Error::InvalidArgument("jax_tsmm: result too large for one finalize launch");
   }
