@@ -635,7 +635,8 @@ def _ab_mma_tiles(spec: KernelSpec, ar: _Arith):
             for ks in range(k_steps) for j in range(tn)
         ],
         "// Columns of out this lane stores: D's [.][2*frag_k + h] of each block.",
-        *[f"const int out_col{j}_{h} = (warp_n * {tn} + {j}) * 8 + 2 * frag_k + {h};" for j in range(tn) for h in range(2)],
+        *[f"const int out_col{j}_{h} = (warp_n * {tn} + {j}) * 8 + 2 * frag_k + {h};"
+          for j in range(tn) for h in range(1 if p.n % 2 == 0 else 2)],
     ]
     col_overhang = warps_n * tn * 8 > p.n
     # With N even a lane's two columns of a block are neighbours at an even offset
