@@ -1,5 +1,9 @@
 """The CUDA path on a GPU: generated kernels against the float64/complex128 reference.
 
+Dispatch follows the model here (``model_kernels``), so each case reaches the
+kernel it names; ``test_tuned_kernels`` runs every kernel the shipped tuning
+database chooses.
+
 Run with ``python -m pytest -m gpu``; skipped where no GPU is present. Every
 check draws fresh random inputs and poisons the allocator's free memory with
 NaN first, so an output element the kernel fails to write shows up as NaN.
@@ -8,6 +12,7 @@ NaN first, so an output element the kernel fails to write shows up as NaN.
 from __future__ import annotations
 
 import itertools
+import json
 
 import jax
 import jax.numpy as jnp
@@ -21,7 +26,7 @@ from jax_tsmm.codegen import Config, KernelSpec, Problem
 from jax import lax
 from reference import ab_ref, assert_close, magnitude, random_operand, to_wide, unit_roundoff
 
-pytestmark = pytest.mark.gpu
+pytestmark = [pytest.mark.gpu, pytest.mark.usefixtures("model_kernels")]
 
 DTYPES = ("float32", "float64", "complex64", "complex128")
 SMALL_K = (1, 31, 32, 33, 1000, 4099)
@@ -72,7 +77,7 @@ WIDE_CASES = [  # 17..128, primes included
 
 
 @pytest.fixture(scope="module", autouse=True)
-def compiled_kernels():
+def compiled_kernels(model_kernels):
     """Compile every kernel the cases need in parallel before the first case runs."""
     specs = [
         _dispatch.select(op, dtype, m, n, k, 0, conj, _cuda.arch())
@@ -285,3 +290,26 @@ def test_calls_inside_a_jitted_loop():
     gram, prod = jax.jit(lambda: lax.fori_loop(0, 4, body, zeros))()
     assert_close(np.asarray(gram) / 4, a, b, op="atb")
     assert_close(np.asarray(prod) / 4, a, c, op="ab")
+
+
+def test_tuned_kernels():
+    """Every kernel configuration the shipped tuning database chooses, on fresh
+    random operands of an odd K inside its range's reach."""
+    database = json.loads((_dispatch.TUNING_DIR / f"{_cuda.arch()}.json").read_text())["entries"]
+    specs = []
+    for key, entries in database.items():
+        op, dtype, shape = key.split(":")
+        m, n = map(int, shape.split("x"))
+        for entry in entries:
+            if entry["config"] is not None:
+                specs.append(KernelSpec(Problem(op, dtype, m, n), Config(**entry["config"])))
+    specs = list(dict.fromkeys(specs))
+    _kernels.precompile(specs, _cuda.arch())
+    rng = np.random.default_rng()
+    for spec in specs:
+        p = spec.problem
+        k = 3 * spec.rows_per_chunk + 5
+        a, b = operands(rng, p.op, p.dtype, k, p.m, p.n)
+        with _dispatch.forced(spec):
+            out = run(p.op, a, b)
+        assert_close(out, a, b, op=p.op, err_msg=spec.name)
