@@ -51,8 +51,10 @@ def _mma_candidates(problem: Problem) -> dict[Config, float]:
     probe = KernelSpec(problem, Config(tile_m=1, tile_n=1, mma=True, rows_per_stage=8, row_groups=1, c_source="global"))
     row_bytes = (probe.smem_stride(problem.m) + (probe.smem_stride(problem.n) if atb else 0)) * problem.element_bytes
     for tile_m, tile_n, row_groups, stage_bytes, stages, blocks in itertools.product(
-        (1, 2, 4), (1, 2, 4), (1, 2, 4, 8), STAGE_BYTES, (2, 3, 4), (1, 2, 3),
+        range(1, 8), range(1, 8), (1, 2, 4, 8), STAGE_BYTES, (2, 3, 4), (1, 2, 3),
     ):
+        if tile_m * tile_n > 16:
+            continue
         per_pass = 4 * row_groups if atb else 8 * tile_m * row_groups
         rows = max(per_pass, stage_bytes // row_bytes // per_pass * per_pass)
         config = Config(tile_m=tile_m, tile_n=tile_n, mapping="blocked", row_groups=row_groups,
