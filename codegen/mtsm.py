@@ -188,7 +188,10 @@ class MtsmSpec:
     def estimated_registers(self) -> int:
         p, c = self.problem, self.config
         accumulators = c.rows_per_thread * c.tile_n * p.words
-        operands = (c.rows_per_thread * (1 if p.transpose_a else p.vector_elements) + c.tile_n) * p.words
+        if p.transpose_a:  # one A vector and one X slice per row
+            operands = (c.rows_per_thread + c.tile_n) * p.words
+        else:  # a vector of K per row of A, and the X slices of each of its entries
+            operands = (c.rows_per_thread + c.tile_n) * p.vector_elements * p.words
         return accumulators + operands + 40
 
     def resident_blocks(self) -> int:
@@ -287,9 +290,12 @@ def default_config(problem: MtsmProblem) -> MtsmConfig:
                             chunk_rows=chunk_rows, stages=STAGES, blocks_per_sm=BLOCKS_PER_SM)
     else:
         # Rows per thread and columns of N per thread share the accumulator budget.
-        tile_n = min(problem.n, max(1, ACCUMULATOR_WORDS // (2 * words)))
-        n_groups = _ceil_div(problem.n, tile_n)
-        tile_n = _ceil_div(problem.n, n_groups)
+        n_groups = _ceil_div(problem.n, max(1, ACCUMULATOR_WORDS // (2 * words)))
+        while True:
+            tile_n = _ceil_div(problem.n, n_groups)
+            if _plain_registers(problem, 1, tile_n) <= REGISTER_BUDGET:
+                break
+            n_groups += 1
         rows_per_thread = max(1, min(4, ACCUMULATOR_WORDS // (tile_n * words)))
         while rows_per_thread > 1 and _plain_registers(problem, rows_per_thread, tile_n) > REGISTER_BUDGET:
             rows_per_thread //= 2
@@ -434,7 +440,7 @@ def _prologue(spec: MtsmSpec, ar: _Arith) -> list[str]:
         f"auto slot_x = [&](int slot) {{ return slot_a(slot) + {spec.stage_bytes // p.element_bytes - spec.chunk * spec.x_stride}; }};",
         "// 16-byte copies need 16-byte aligned rows: a whole number of vectors per row",
         "// and an aligned base (batch items of odd size break it); else element copies.",
-        f"const bool x_vectors = {'true' if spec.x_stride == p.n else 'false'} && tsmm_misalignment(x) == 0;",
+        *(["const bool x_vectors = tsmm_misalignment(x) == 0;"] if spec.x_stride == p.n else []),
     ]
 
 
