@@ -271,17 +271,11 @@ REGISTER_BUDGET = SM_REGISTERS // (TARGET_THREADS * BLOCKS_PER_SM)
 def default_config(problem: MtsmProblem) -> MtsmConfig:
     """A valid configuration from the model: ~64 accumulator registers per thread,
     256 threads, 32 KiB stages, 3 stages, 2 blocks per SM; stages shrink to fit."""
-    vec, words = problem.vector_elements, problem.words
+    words = problem.words
     if problem.transpose_a:
         # One 16-byte vector of A per thread and row; the rest of the budget for N.
-        rows_per_thread = vec
-        n_groups = _ceil_div(problem.n * rows_per_thread * words, ACCUMULATOR_WORDS)
-        while True:
-            tile_n = _ceil_div(problem.n, n_groups)
-            config = MtsmConfig(tile_n=tile_n, rows_per_thread=rows_per_thread, lanes=32)
-            if MtsmSpec(problem, config).estimated_registers() <= REGISTER_BUDGET:
-                break
-            n_groups += 1
+        rows_per_thread = problem.vector_elements
+        tile_n = _tile_n(problem, lambda tn: _registers(problem, rows_per_thread, tn) <= REGISTER_BUDGET)
         n_groups = _ceil_div(problem.n, tile_n)
         lanes = max(32, TARGET_THREADS // n_groups // 32 * 32)
         strip_bytes = lanes * rows_per_thread * problem.element_bytes
@@ -289,15 +283,12 @@ def default_config(problem: MtsmProblem) -> MtsmConfig:
         config = MtsmConfig(tile_n=tile_n, rows_per_thread=rows_per_thread, lanes=lanes,
                             chunk_rows=chunk_rows, stages=STAGES, blocks_per_sm=BLOCKS_PER_SM)
     else:
-        # Rows per thread and columns of N per thread share the accumulator budget.
-        n_groups = _ceil_div(problem.n, max(1, ACCUMULATOR_WORDS // (2 * words)))
-        while True:
-            tile_n = _ceil_div(problem.n, n_groups)
-            if _plain_registers(problem, 1, tile_n) <= REGISTER_BUDGET:
-                break
-            n_groups += 1
+        # Columns of N first (one row per thread must fit), then as many rows per
+        # thread (up to 4) as the accumulator budget allows.
+        tile_n = _tile_n(problem, lambda tn: _registers(problem, 1, tn) <= REGISTER_BUDGET)
+        n_groups = _ceil_div(problem.n, tile_n)
         rows_per_thread = max(1, min(4, ACCUMULATOR_WORDS // (tile_n * words)))
-        while rows_per_thread > 1 and _plain_registers(problem, rows_per_thread, tile_n) > REGISTER_BUDGET:
+        while rows_per_thread > 1 and _registers(problem, rows_per_thread, tile_n) > REGISTER_BUDGET:
             rows_per_thread //= 2
         k_groups = max(1, TARGET_THREADS // 32 // n_groups)
         k_steps = max(1, ROW_SEGMENT_BYTES // VECTOR_BYTES // k_groups)
@@ -306,7 +297,19 @@ def default_config(problem: MtsmProblem) -> MtsmConfig:
     return _shrink_to_fit(problem, config)
 
 
-def _plain_registers(problem: MtsmProblem, rows_per_thread: int, tile_n: int) -> int:
+def _tile_n(problem: MtsmProblem, fits) -> int:
+    """A tile of N's columns that ``fits``: the widest even split of N, unless a
+    whole number of 16-byte vectors at least half as wide divides N (vector loads
+    of X, no wasted columns)."""
+    widest = next(w for w in range(problem.n, 0, -1) if fits(w))
+    vec = problem.vector_elements
+    dividing = [w for w in range(vec, widest + 1, vec) if problem.n % w == 0]
+    if dividing and 2 * dividing[-1] >= widest:
+        return dividing[-1]
+    return _ceil_div(problem.n, _ceil_div(problem.n, widest))
+
+
+def _registers(problem: MtsmProblem, rows_per_thread: int, tile_n: int) -> int:
     config = MtsmConfig(tile_n=tile_n, rows_per_thread=rows_per_thread)
     return MtsmSpec(problem, config).estimated_registers()
 
@@ -344,20 +347,27 @@ def fma_utilization(problem: MtsmProblem) -> float:
     return warp_fmas / FMA_WARP_INSTRUCTIONS_PER_CLOCK[problem.real_type]
 
 
+PIPELINE_FILL_CHUNKS = 1  # a block's start (first loads in flight), in chunks of streaming
+FINALIZE_CHUNKS = 1  # the finalize launch
+
+
 def splits(spec: MtsmSpec, m: int, k: int, batch: int, multiprocessors: int) -> int:
     """Blocks along K (gridDim.y) for an (m, k) problem with ``batch`` items.
 
-    Time model, in units of one read of A at full occupancy: the blocks run in
-    waves of ``multiprocessors * blocks_per_sm`` slots, so s splits take
-    waves(s) * slots / (blocks * s); the partial sums add 2 s N elements of
-    traffic per row of out against K elements of A. The best s up to the number of chunks wins (the
-    smallest among equals)."""
+    Time model, in chunk times of one block: the blocks run in waves of
+    ``multiprocessors * blocks_per_sm`` slots, each block streams its chunks
+    after a pipeline fill; a split adds the finalize launch and 2 s N elements
+    of partial-sum traffic per row of out against K elements of A. The best s up
+    to the number of chunks wins (the smallest among equals)."""
     blocks = _ceil_div(m, spec.block_rows) * batch
     slots = multiprocessors * spec.config.blocks_per_sm
     chunks = _ceil_div(k, spec.chunk)
+    ideal = blocks * chunks / slots
 
     def cost(s: int) -> float:
-        return _ceil_div(blocks * s, slots) * slots / (blocks * s) + 2 * s * spec.problem.n / k
+        waves = _ceil_div(blocks * s, slots)
+        time = waves * (_ceil_div(chunks, s) + PIPELINE_FILL_CHUNKS) + (FINALIZE_CHUNKS if s > 1 else 0)
+        return time / ideal + 2 * s * spec.problem.n / k
 
     return min(range(1, max(1, min(chunks, 4 * slots)) + 1), key=lambda s: (cost(s), s))
 
