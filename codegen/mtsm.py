@@ -107,6 +107,12 @@ class MtsmConfig:
     chunk_rows       transpose_a=True: rows of A per stage.
     stages           shared-memory ring depth (stages - 1 chunks in flight).
     blocks_per_sm    resident blocks to aim for (__launch_bounds__ minimum).
+    mma              float64 only: the FP64 tensor cores (DMMA, mma.sync m8n8k4), for
+                     widths that would bind the FMA units. Then a warp owns
+                     rows_per_thread blocks of 8 rows of out times all of N
+                     (tile_n = N, in 8-column blocks); row_warps warps side by side
+                     along the rows (k_groups = 1), each taking k_steps 4-entry
+                     steps of K per chunk, in both layouts.
     """
 
     tile_n: int
@@ -118,6 +124,7 @@ class MtsmConfig:
     chunk_rows: int = 0
     stages: int = 3
     blocks_per_sm: int = 2
+    mma: bool = False
 
 
 @dataclass(frozen=True)
@@ -130,14 +137,24 @@ class MtsmSpec:
         return _ceil_div(self.problem.n, self.config.tile_n)
 
     @property
+    def n_blocks(self) -> int:
+        """mma: 8-column blocks of N."""
+        return _ceil_div(self.problem.n, 8)
+
+    @property
     def x_stride(self) -> int:
         """Elements between staged rows of X: every row 16-byte aligned, wide enough
-        for the last n group's reads past N."""
+        for the last n group's reads past N. mma: 4 or 12 modulo 16 doubles, so the
+        4 rows x 8 columns of a B fragment fall in distinct banks."""
+        if self.config.mma:
+            return _dmma_stride(8 * self.n_blocks)
         return _round_up(self.n_groups * self.config.tile_n, self.problem.vector_elements)
 
     @property
     def threads(self) -> int:
         c = self.config
+        if c.mma:
+            return 32 * c.row_warps * c.k_groups
         if self.problem.transpose_a:
             return c.lanes * self.n_groups
         return 32 * c.row_warps * c.k_groups * self.n_groups
@@ -146,6 +163,8 @@ class MtsmSpec:
     def block_rows(self) -> int:
         """Rows of out (columns of A with transpose_a) one block computes."""
         c = self.config
+        if c.mma:
+            return 8 * c.rows_per_thread * c.row_warps
         if self.problem.transpose_a:
             return c.lanes * c.rows_per_thread
         return 32 * c.row_warps * c.rows_per_thread
@@ -154,6 +173,8 @@ class MtsmSpec:
     def chunk(self) -> int:
         """Entries of K per pipeline step."""
         c = self.config
+        if c.mma:
+            return 4 * c.k_groups * c.k_steps
         if self.problem.transpose_a:
             return c.chunk_rows
         return self.problem.vector_elements * c.k_groups * c.k_steps
@@ -161,7 +182,10 @@ class MtsmSpec:
     @property
     def a_stride(self) -> int:
         """Elements between staged rows of the A tile. transpose_a=False: an odd
-        number of 16-byte words, so 8 lanes reading 8 rows hit 8 distinct bank groups."""
+        number of 16-byte words, so 8 lanes reading 8 rows hit 8 distinct bank groups.
+        mma: 4 or 12 modulo 16 doubles, for conflict-free A fragments."""
+        if self.config.mma:
+            return _dmma_stride(self.block_rows if self.problem.transpose_a else self.chunk)
         if self.problem.transpose_a:
             return self.block_rows
         vec = self.problem.vector_elements
@@ -176,8 +200,6 @@ class MtsmSpec:
 
     @property
     def reduction_bytes(self) -> int:
-        if self.problem.transpose_a:
-            return 0
         return (self.config.k_groups - 1) * self.block_rows * self.x_stride * self.problem.element_bytes
 
     @property
@@ -187,6 +209,8 @@ class MtsmSpec:
 
     def estimated_registers(self) -> int:
         p, c = self.problem, self.config
+        if c.mma:  # two doubles of D per 8x8 block, one double per A and B fragment
+            return (2 * c.rows_per_thread * self.n_blocks + c.rows_per_thread + self.n_blocks) * 2 + 40
         accumulators = c.rows_per_thread * c.tile_n * p.words
         if p.transpose_a:  # one A vector and one X slice per row
             operands = (c.rows_per_thread + c.tile_n) * p.words
@@ -214,6 +238,12 @@ def _ceil_div(x: int, y: int) -> int:
     return -(-x // y)
 
 
+def _dmma_stride(width: int) -> int:
+    """The narrowest row stride >= width that is 4 or 12 modulo 16 doubles: a DMMA
+    fragment's 4 rows x 8 columns then hit 32 distinct 4-byte banks per half warp."""
+    return next(s for s in range(width, width + 16) if s % 16 in (4, 12))
+
+
 def _round_up(x: int, y: int) -> int:
     return _ceil_div(x, y) * y
 
@@ -232,7 +262,12 @@ def validate(spec: MtsmSpec) -> None:
         errors.append(f"tile_n {c.tile_n} must lie in 1..N")
     if c.stages < 2 or c.blocks_per_sm < 1:
         errors.append("stages must be >= 2 and blocks_per_sm >= 1")
-    if p.transpose_a:
+    if c.mma:
+        if p.dtype != "float64" or c.tile_n != p.n or c.k_groups != 1:
+            errors.append("mma (DMMA) serves float64 only, with tile_n = N and k_groups = 1")
+        if c.rows_per_thread < 1 or c.row_warps < 1 or c.k_groups < 1 or c.k_steps < 1:
+            errors.append("rows_per_thread, row_warps, k_groups and k_steps must be >= 1")
+    elif p.transpose_a:
         if c.rows_per_thread < 1 or p.vector_elements % c.rows_per_thread:
             errors.append(f"rows_per_thread {c.rows_per_thread} must divide {p.vector_elements} "
                           "(one aligned vector of A per thread and row)")
@@ -266,13 +301,17 @@ ROW_SEGMENT_BYTES = 256  # transpose_a=False: bytes of each row of A per chunk (
 STAGES = 3
 BLOCKS_PER_SM = 2
 REGISTER_BUDGET = SM_REGISTERS // (TARGET_THREADS * BLOCKS_PER_SM)
+# float64 widths that keep the FMA units more than half busy run on the FP64 tensor cores.
+MMA_MIN_UTILIZATION = 0.5
 
 
 def default_config(problem: MtsmProblem) -> MtsmConfig:
     """A valid configuration from the model: ~64 accumulator registers per thread,
     256 threads, 32 KiB stages, 3 stages, 2 blocks per SM; stages shrink to fit."""
     words = problem.words
-    if problem.transpose_a:
+    if problem.dtype == "float64" and fma_utilization(problem) > MMA_MIN_UTILIZATION:
+        config = _mma_config(problem)
+    elif problem.transpose_a:
         # One 16-byte vector of A per thread and row; the rest of the budget for N.
         rows_per_thread = problem.vector_elements
         tile_n = _tile_n(problem, lambda tn: _registers(problem, rows_per_thread, tn) <= REGISTER_BUDGET)
@@ -295,6 +334,24 @@ def default_config(problem: MtsmProblem) -> MtsmConfig:
         config = MtsmConfig(tile_n=tile_n, rows_per_thread=rows_per_thread, k_groups=k_groups,
                             k_steps=k_steps, stages=STAGES, blocks_per_sm=BLOCKS_PER_SM)
     return _shrink_to_fit(problem, config)
+
+
+def _mma_config(problem: MtsmProblem) -> MtsmConfig:
+    """DMMA: 8 warps side by side along the rows, each up to 4 blocks of 8 rows x
+    all of N (as many as the register budget allows; 2 for A X, whose stages
+    hold whole 128-byte lines of each row), K steps for a ~32 KiB stage."""
+    row_warps = TARGET_THREADS // 32
+    for blocks in (4, 2, 1) if problem.transpose_a else (2, 1):
+        config = MtsmConfig(tile_n=problem.n, rows_per_thread=blocks, row_warps=row_warps, mma=True,
+                            stages=STAGES, blocks_per_sm=BLOCKS_PER_SM)
+        probe = MtsmSpec(problem, config)
+        if probe.estimated_registers() <= REGISTER_BUDGET:
+            break
+    bytes_per_k = (probe.block_rows + probe.x_stride) * problem.element_bytes
+    k_steps = max(1, STAGE_BYTES // (4 * bytes_per_k))
+    if not problem.transpose_a:  # whole 128-byte lines of each row of A per chunk
+        k_steps = max(4, k_steps // 4 * 4)
+    return dataclasses.replace(config, k_steps=k_steps)
 
 
 def _tile_n(problem: MtsmProblem, fits) -> int:
@@ -324,7 +381,7 @@ def _shrink_to_fit(problem: MtsmProblem, config: MtsmConfig) -> MtsmConfig:
         except InvalidSpec:
             if problem.transpose_a and config.chunk_rows > 1:
                 config = dataclasses.replace(config, chunk_rows=config.chunk_rows // 2)
-            elif not problem.transpose_a and config.k_steps > 1:
+            elif (config.mma or not problem.transpose_a) and config.k_steps > 1:
                 config = dataclasses.replace(config, k_steps=config.k_steps // 2)
             elif not problem.transpose_a and config.rows_per_thread > 1:
                 config = dataclasses.replace(config, rows_per_thread=config.rows_per_thread // 2)
@@ -684,6 +741,98 @@ def _emit_plain(spec: MtsmSpec, ar: _Arith) -> list[str]:
     ]
 
 
+def _emit_mma(spec: MtsmSpec, ar: _Arith) -> list[str]:
+    """float64 on the FP64 tensor cores (DMMA, mma.sync m8n8k4), both layouts: a
+    warp's 8x8 blocks of out accumulate 8x4 fragments of op(A) times 4x8 fragments
+    of X per 4 entries of K. Twice the FMA units' rate, for the widths that would
+    bind them."""
+    p, c = spec.problem, spec.config
+    vec, n, t = p.vector_elements, p.n, spec.threads
+    tm, nb, br, kc = c.rows_per_thread, spec.n_blocks, spec.block_rows, spec.chunk
+    sa_stride, xs = spec.a_stride, spec.x_stride
+    body = _prologue(spec, ar) + [
+        f"const bool a_vectors = args.{'m' if p.transpose_a else 'k'} % {vec} == 0 && tsmm_misalignment(a) == 0;",
+        "",
+        f"// Thread place: warp `warp_m` owns blocks warp_m*{tm} .. +{tm} of 8 rows of the",
+        f"// block's {br} times all {nb} blocks of 8 columns of N, over the whole chunk.",
+        f"const long long row_base = static_cast<long long>(blockIdx.x) * {br};",
+        "const int lane = tid % 32;",
+        "const int warp_m = tid / 32;",
+        "// PTX m8n8k4 f64 fragments: A (8x4, row) holds [lane/4][lane%4], B (4x8, col)",
+        "// [lane%4][lane/4], D (8x8) [lane/4][2*(lane%4) + h].",
+        "const int frag_k = lane % 4;",
+        *[f"const int row{i} = (warp_m * {tm} + {i}) * 8 + lane / 4;  // of the block's rows" for i in range(tm)],
+        "",
+        *[f"double acc_{i}_{j}_{h} = 0;" for i in range(tm) for j in range(nb) for h in range(2)],
+        "",
+    ]
+    if p.transpose_a:
+        a_copy = [
+            f"// The strip's rows of A ({br // vec} vectors a row, coalesced) at a padded stride;",
+            "// rows past K are zeroed (whole chunks are consumed), columns past M left stale",
+            "// (their sums are never stored).",
+            "double* sa = slot_a(slot);",
+            f"for (int v = tid; v < rows * {br // vec}; v += {t}) {{",
+            f"  const int r = v / {br // vec};",
+            f"  const int col = (v - r * {br // vec}) * {vec};",
+            "  const long long gcol = row_base + col;",
+            "  const double* src = a + (k0 + r) * args.m + gcol;",
+            f"  if (a_vectors && gcol + {vec} <= args.m) tsmm_cp_async_16(sa + r * {sa_stride} + col, src);",
+            "  else {",
+            f"    for (int q = 0; q < {vec}; ++q) {{",
+            f"      if (gcol + q < args.m) tsmm_cp_async_element(sa + r * {sa_stride} + col + q, src + q);",
+            "    }",
+            "  }",
+            "}",
+            f"for (int e = rows * {br} + tid; e < {kc * br}; e += {t}) sa[e / {br} * {sa_stride} + e % {br}] = 0;",
+        ]
+        a_fragment = lambda i: f"sa[kk * {sa_stride} + row{i}]"
+    else:
+        vectors_per_row = kc // vec
+        a_copy = [
+            f"// The tile: {br} rows x {kc} entries of K at a padded stride. Rows past M repeat",
+            "// row M-1 (never stored); entries past K are zeroed (whole chunks are consumed).",
+            "double* sa = slot_a(slot);",
+            f"for (int v = tid; v < {br * vectors_per_row}; v += {t}) {{",
+            f"  const int r = v / {vectors_per_row};",
+            f"  const int col = (v - r * {vectors_per_row}) * {vec};",
+            "  const double* src = a + min(row_base + r, args.m - 1) * args.k + k0 + col;",
+            f"  double* to = sa + r * {sa_stride} + col;",
+            f"  if (a_vectors && col + {vec} <= rows) tsmm_cp_async_16(to, src);",
+            "  else {",
+            f"    for (int q = 0; q < {vec}; ++q) {{",
+            "      if (col + q < rows) tsmm_cp_async_element(to + q, src + q);",
+            "      else to[q] = 0;",
+            "    }",
+            "  }",
+            "}",
+        ]
+        a_fragment = lambda i: f"sa[row{i} * {sa_stride} + kk]"
+    consume = [
+        "(void)rows;  // whole chunks: the tail is zero-padded",
+        "const double* sa = slot_a(slot);",
+        "const double* sx = slot_x(slot);",
+        "#pragma unroll",
+        f"for (int s = 0; s < {c.k_steps}; ++s) {{",
+        "  const int kk = s * 4 + frag_k;  // this lane's entry of K",
+        *[f"  const double a{i} = {a_fragment(i)};" for i in range(tm)],
+        *[f"  const double b{j} = sx[kk * {xs} + {j * 8} + lane / 4];" for j in range(nb)],
+        *[f"  tsmm_dmma(acc_{i}_{j}_0, acc_{i}_{j}_1, a{i}, b{j});" for i in range(tm) for j in range(nb)],
+        "}",
+    ]
+    body += _pipeline(spec, a_copy + _x_copy(spec, ar, zero_tail=True), consume)
+
+    positions = [(f"acc_{i}_{j}_{h}", f"row{i}", f"{j * 8 + h} + 2 * frag_k")
+                 for i in range(tm) for j in range(nb) for h in range(2)]
+
+    def store(acc: str, row: str, col: str) -> str:
+        guards = [f"row_base + {row} < args.m"] + ([f"{col} < {n}"] if 8 * nb > n else [])
+        return f"if ({' && '.join(guards)}) dst[(row_base + {row}) * {n} + {col}] = {acc};"
+
+    stores = [store(*position) for position in positions]
+    return body + ["", "// Store the blocks: rows past M and columns past N are skipped."] + stores
+
+
 def _finalize(spec: MtsmSpec, ar: _Arith) -> list[str]:
     e, n = ar.elem, spec.problem.n
     return [
@@ -704,7 +853,8 @@ def kernel_source(spec: MtsmSpec) -> str:
     validate(spec)
     p, c = spec.problem, spec.config
     ar = _Arith(p)
-    body = (_emit_transposed if p.transpose_a else _emit_plain)(spec, ar)
+    emit = _emit_mma if c.mma else _emit_transposed if p.transpose_a else _emit_plain
+    body = emit(spec, ar)
     lines = [
         f"// {spec.name}: mtsm transpose_a={p.transpose_a} {p.dtype} N={p.n} conj={p.conj}",
         f"// {c}",

@@ -148,14 +148,14 @@ def fma_bound(problem: mtsm_codegen.MtsmProblem) -> bool:
 
 def select(dtype, transpose_a: bool, n: int, conj: bool) -> mtsm_codegen.MtsmSpec | None:
     """The kernel for this problem, or None for XLA's dot: half precision, N
-    outside 1..MAX_N, and the float64-based problems that would be bound by the
-    FMA units (XLA's DGEMM/ZGEMM run on the FP64 tensor cores there; float32 has
-    no such path at HIGHEST precision, so its kernels serve every N)."""
+    outside 1..MAX_N, and complex128 widths that would bind the FMA units (XLA's
+    ZGEMM runs on the FP64 tensor cores there; float64 kernels use them too, and
+    float32 has no such path at HIGHEST precision, so its kernels serve every N)."""
     dtype = np.dtype(dtype).name
     if dtype not in KERNEL_DTYPES or not 1 <= n <= mtsm_codegen.MAX_N:
         return None
     problem = mtsm_codegen.MtsmProblem(transpose_a, dtype, n, conj=conj)
-    if problem.real_type == "double" and fma_bound(problem):
+    if dtype == "complex128" and fma_bound(problem):
         return None
     return mtsm_codegen.MtsmSpec(problem, mtsm_codegen.default_config(problem))
 

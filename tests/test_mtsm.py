@@ -489,7 +489,9 @@ def test_splits_fill_the_gpu():
 def test_selection():
     assert mtsm_select("float32", True, 64, False) is not None
     assert mtsm_select("float64", False, 32, False) is not None
-    assert mtsm_select("float64", False, 64, False) is None  # FMA-bound: XLA's DMMA DGEMM
+    assert not mtsm_select("float64", False, 16, False).config.mma
+    assert mtsm_select("float64", False, 64, False).config.mma  # FMA-bound: DMMA
+    assert mtsm_select("float64", True, 24, False).config.mma
     assert mtsm_select("complex128", True, 32, True) is None
     assert mtsm_select("float16", True, 8, False) is None
     assert mtsm_select("float32", True, 65, False) is None
@@ -499,7 +501,8 @@ def test_selection():
 @pytest.mark.parametrize(
     "transpose_a, dtype, n, conj",
     [(True, "float32", 1, False), (True, "float64", 13, False), (True, "complex64", 64, True),
-     (False, "float32", 64, False), (False, "float64", 3, False), (False, "complex128", 16, True)],
+     (False, "float32", 64, False), (False, "float64", 3, False), (False, "complex128", 16, True),
+     (True, "float64", 64, False), (False, "float64", 40, False)],
 )
 def test_kernels_compile_without_spills(tmp_path, transpose_a, dtype, n, conj):
     spec = mtsm_select(dtype, transpose_a, n, conj)
@@ -546,12 +549,12 @@ def test_cuda_lowering_calls_the_kernels(transpose_a):
         (jnp.ones((100, 80), jnp.float16), jnp.ones((80, 4), jnp.float16)),
         (jnp.ones((100, 80), jnp.bfloat16), jnp.ones((80, 4), jnp.bfloat16)),
         (jnp.ones((100, 80)), jnp.ones((80, 65))),
-        (jnp.ones((100, 80)), jnp.ones((80, 64))),  # float64 at N=64: FMA-bound, XLA's DMMA
+        (jnp.ones((100, 80), jnp.complex128), jnp.ones((80, 64), jnp.complex128)),  # FMA-bound
         (jnp.ones((2, 1, 100, 80)), jnp.ones((1, 3, 80, 4))),  # neither equal nor whole broadcasts
         (jnp.ones((0, 80)), jnp.ones((80, 4))),
         (jnp.ones((100, 0)), jnp.ones((0, 4))),
     ],
-    ids=["float16", "bfloat16", "n65", "float64-n64", "broadcast", "m0", "k0"],
+    ids=["float16", "bfloat16", "n65", "complex128-n64", "broadcast", "m0", "k0"],
 )
 def test_cuda_lowering_falls_back_to_xla(a, x):
     hlo = cuda_hlo(jax_tsmm.mtsm, a, x)

@@ -77,7 +77,7 @@ def compiled_kernels():
     problems = {(t, d, n, c) for t, d, n, c, _, _ in CASES}
     problems |= {(t, d, 16, d.startswith("complex")) for t in (False, True) for d in DTYPES}
     problems |= {(t, "float32", n, False) for t in (False, True) for n in (3, 7, 16)}
-    problems |= {(t, "float64", n, False) for t in (False, True) for n in (3, 5, 8)}
+    problems |= {(t, "float64", n, False) for t in (False, True) for n in (3, 5, 8, 24, 64)}
     specs = [_spec(*p) for p in problems]
     _kernels.precompile([s for s in specs if s is not None], _cuda.arch())
 
@@ -171,10 +171,21 @@ def test_gradients_through_the_kernels(dtype, conj, transpose_a):
     assert_tree_close(grad(ours)(a, x), grad(theirs)(a, x), DERIVATIVE_RTOL[np.dtype(dtype)], "grad")
 
 
+@pytest.mark.parametrize("transpose_a", (False, True))
+@pytest.mark.parametrize("m, k", [(1000, 777), (130, 20011), (4099, 3)])
+def test_tensor_core_path(transpose_a, m, k):
+    """float64 widths that would bind the FMA units run on DMMA."""
+    rng = np.random.default_rng()
+    for n in (24, 64):
+        assert _spec(transpose_a, "float64", n, False).config.mma
+        a, x = operands(rng, "float64", m, k, n, transpose_a)
+        check(run(a, x, transpose_a), a, x, transpose_a)
+
+
 def test_problems_without_a_kernel_use_xla():
     rng = np.random.default_rng()
-    a, x = operands(rng, "float64", 300, 200, 64, False)
-    assert _spec(False, "float64", 64, False) is None
+    a, x = operands(rng, "complex128", 300, 200, 64, False)
+    assert _spec(False, "complex128", 64, False) is None
     assert "tsmm_mtsm" not in compiled_hlo(jax_tsmm.mtsm, a, x)
     check(run(a, x), a, x, False)
     a16 = jnp.asarray(a, jnp.float16)
