@@ -23,8 +23,9 @@ Lowering: XLA's dot at HIGHEST precision (float32 accumulation for bfloat16 and
 float16), registered for every platform. On CUDA, problems a generated kernel
 serves (``select``) lower to the FFI call ``tsmm_mtsm`` (kernels from
 codegen/mtsm.py, compiled at lowering time); the rest to XLA's dot. Unlike
-atb/ab it does not go through ``jax_tsmm._sharding``: under SPMD partitioning
-it lowers to XLA's dot, which XLA partitions itself.
+atb/ab it does not go through ``jax_tsmm._sharding``: on several devices
+(outside a fully manual shard_map) it lowers to XLA's dot, which XLA's SPMD
+partitioner partitions itself.
 """
 
 from __future__ import annotations
@@ -166,6 +167,16 @@ def _kernel_batch(operand_batch, out_batch) -> bool:
     return tuple(operand_batch) == tuple(out_batch) or all(d == 1 for d in operand_batch)
 
 
+def _per_device(ctx) -> bool:
+    """Whether this lowering runs whole on each device: one device, or a shard_map
+    that is manual over every mesh axis. Elsewhere XLA's SPMD partitioner would
+    replicate a custom call's operands, while it partitions XLA's dot."""
+    context = ctx.module_context.axis_context
+    if hasattr(context, "manual_axes"):
+        return set(context.manual_axes) == set(context.mesh.axis_names)
+    return getattr(context, "num_devices", 1) == 1
+
+
 def _mtsm_cuda_lowering(ctx, a, x, *, transpose_a, conj):
     a_aval, x_aval = ctx.avals_in
     out_aval = ctx.avals_out[0]
@@ -174,7 +185,8 @@ def _mtsm_cuda_lowering(ctx, a, x, *, transpose_a, conj):
     out_batch = out_aval.shape[:-2]
     batch = math.prod(out_batch)
     spec = None
-    if (m * n * batch * k > 0 and batch <= MAX_BATCH and _kernel_batch(a_aval.shape[:-2], out_batch)
+    if (m * n * batch * k > 0 and batch <= MAX_BATCH and _per_device(ctx)
+            and _kernel_batch(a_aval.shape[:-2], out_batch)
             and _kernel_batch(x_aval.shape[:-2], out_batch)):
         spec = select(a_aval.dtype, transpose_a, n, conj)
     if spec is None or not _cuda.register_targets():
