@@ -214,8 +214,8 @@ class MtsmSpec:
         accumulators = c.rows_per_thread * c.tile_n * p.words
         if p.transpose_a:  # one A vector and one X slice per row
             operands = (c.rows_per_thread + c.tile_n) * p.words
-        else:  # a vector of K per row of A, and the X slices of each of its entries
-            operands = (c.rows_per_thread + c.tile_n) * p.vector_elements * p.words
+        else:  # a vector of K per row of A, and the X slice of one of its entries at a time
+            operands = (c.rows_per_thread * p.vector_elements + c.tile_n) * p.words
         return accumulators + operands + 40
 
     def resident_blocks(self) -> int:
@@ -322,13 +322,8 @@ def default_config(problem: MtsmProblem) -> MtsmConfig:
         config = MtsmConfig(tile_n=tile_n, rows_per_thread=rows_per_thread, lanes=lanes,
                             chunk_rows=chunk_rows, stages=STAGES, blocks_per_sm=BLOCKS_PER_SM)
     else:
-        # Columns of N first (one row per thread must fit), then as many rows per
-        # thread (up to 4) as the accumulator budget allows.
-        tile_n = _tile_n(problem, lambda tn: _registers(problem, 1, tn) <= REGISTER_BUDGET)
+        rows_per_thread, tile_n = _plain_tile(problem)
         n_groups = _ceil_div(problem.n, tile_n)
-        rows_per_thread = max(1, min(4, ACCUMULATOR_WORDS // (tile_n * words)))
-        while rows_per_thread > 1 and _registers(problem, rows_per_thread, tile_n) > REGISTER_BUDGET:
-            rows_per_thread //= 2
         k_groups = max(1, TARGET_THREADS // 32 // n_groups)
         k_steps = max(1, ROW_SEGMENT_BYTES // VECTOR_BYTES // k_groups)
         config = MtsmConfig(tile_n=tile_n, rows_per_thread=rows_per_thread, k_groups=k_groups,
@@ -352,6 +347,23 @@ def _mma_config(problem: MtsmProblem) -> MtsmConfig:
     if not problem.transpose_a:  # whole 128-byte lines of each row of A per chunk
         k_steps = max(4, k_steps // 4 * 4)
     return dataclasses.replace(config, k_steps=k_steps)
+
+
+def _plain_tile(problem: MtsmProblem) -> tuple[int, int]:
+    """A X: the register tile (rows of A, columns of N) with the most FMAs per
+    shared-memory wavefront that fits the register budget. Per 16-byte vector of
+    K a thread loads one vector per row (4 wavefronts a warp, distinct rows) and
+    the tile's X columns for each entry (broadcasts, one wavefront per vector)."""
+    vec = problem.vector_elements
+
+    def fmas_per_wavefront(tile: tuple[int, int]) -> float:
+        rows, tn = tile
+        x_loads = vec * (tn // vec if tn % vec == 0 else tn)
+        return rows * vec * tn / (4 * rows + x_loads)
+
+    tiles = [(rows, _tile_n(problem, lambda tn, rows=rows: _registers(problem, rows, tn) <= REGISTER_BUDGET))
+             for rows in (1, 2, 4) if _registers(problem, rows, 1) <= REGISTER_BUDGET]
+    return max(tiles, key=lambda tile: (fmas_per_wavefront(tile), tile[1]))
 
 
 def _tile_n(problem: MtsmProblem, fits) -> int:
