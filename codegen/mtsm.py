@@ -363,17 +363,19 @@ def _plain_tile(problem: MtsmProblem) -> tuple[int, int]:
 
     tiles = [(rows, _tile_n(problem, lambda tn, rows=rows: _registers(problem, rows, tn) <= REGISTER_BUDGET))
              for rows in (1, 2, 4) if _registers(problem, rows, 1) <= REGISTER_BUDGET]
+    # At most one warp per n group in a block of TARGET_THREADS.
+    tiles = [tile for tile in tiles if _ceil_div(problem.n, tile[1]) <= TARGET_THREADS // 32]
     return max(tiles, key=lambda tile: (fmas_per_wavefront(tile), tile[1]))
 
 
 def _tile_n(problem: MtsmProblem, fits) -> int:
     """A tile of N's columns that ``fits``: the widest even split of N, unless a
-    whole number of 16-byte vectors at least half as wide divides N (vector loads
-    of X, no wasted columns)."""
+    whole number of 16-byte vectors of several elements, at least half as wide,
+    divides N (vector loads of X, no wasted columns)."""
     widest = next(w for w in range(problem.n, 0, -1) if fits(w))
     vec = problem.vector_elements
     dividing = [w for w in range(vec, widest + 1, vec) if problem.n % w == 0]
-    if dividing and 2 * dividing[-1] >= widest:
+    if vec > 1 and dividing and 2 * dividing[-1] >= widest:
         return dividing[-1]
     return _ceil_div(problem.n, _ceil_div(problem.n, widest))
 
