@@ -9,8 +9,11 @@ sides read one definition.
 Each module defines ``extern "C"`` kernels named after the spec:
   atb: ``<name>`` writes one partial M×N sum per block (straight into ``out``
        when ``grid_k`` is 1) and ``<name>_finalize`` adds the ``grid_k``
-       partials of each batch item in a fixed order (deterministic).
-  ab:  ``<name>`` writes ``out`` directly.
+       partials of each batch item in a fixed order (deterministic), one warp
+       per output element: ``ceil(batch * M * N * 32 / 256)`` blocks of 256.
+  ab:  ``<name>`` writes ``out`` directly; with ``update`` it writes
+       ``beta * y + alpha * op(A) C`` (``y`` is not read where beta is 0, and
+       may be ``out`` itself: each element is read and written by one thread).
 Launch: ``grid_k * batch`` blocks of ``spec.threads`` threads; block
 ``blockIdx.x`` works on batch item ``blockIdx.x / grid_k`` and takes every
 ``grid_k``-th chunk of ``rows_per_chunk`` rows starting at
@@ -34,6 +37,9 @@ struct TsmmArgs {{
   long long batch_shape[TSMM_MAX_BATCH_DIMS];     // output batch shape, row-major
   long long a_batch_stride[TSMM_MAX_BATCH_DIMS];  // elements; 0 where a broadcasts
   long long b_batch_stride[TSMM_MAX_BATCH_DIMS];  // elements; 0 where b/C broadcasts
+  const void* y;         // ab update: (batch..., K, N) like out, or out itself
+  double alpha[2];       // ab update: the scales as (real, imaginary)
+  double beta[2];
 }};
 """
 

@@ -44,10 +44,43 @@ __device__ __forceinline__ void tsmm_stage_copy(T* dst, const T* src, int shift,
   }
 }
 
+// Two neighbouring doubles as one 16-byte access where `vector` says they are aligned.
+__device__ __forceinline__ void tsmm_store_pair(double* p, bool vector, double v0, double v1) {
+  if (vector) {
+    *reinterpret_cast<double2*>(p) = make_double2(v0, v1);
+  } else {
+    p[0] = v0;
+    p[1] = v1;
+  }
+}
+__device__ __forceinline__ double2 tsmm_load_pair(const double* p, bool vector) {
+  return vector ? *reinterpret_cast<const double2*>(p) : make_double2(p[0], p[1]);
+}
+
+// Elements a pointer lies past the previous 16-byte boundary.
+template <typename T>
+__device__ __forceinline__ int tsmm_misalignment(const T* p) {
+  return static_cast<int>((reinterpret_cast<unsigned long long>(p) % 16) / sizeof(T));
+}
+
 // Stage `rows` rows of kCols elements at a row stride of kStride elements
-// (padding that spreads a column over the banks), element by element.
+// (padding that spreads a column over the banks). Where rows are whole 16-byte
+// vectors in both layouts and the source is aligned, they move as 16-byte
+// copies (half or a quarter of the copy instructions); else element by element.
 template <typename T, int kThreads, int kCols, int kStride>
 __device__ __forceinline__ void tsmm_stage_copy_rows(T* dst, const T* src, int rows) {
+  constexpr int kVec = 16 / sizeof(T);
+  if constexpr (kCols % kVec == 0 && kStride % kVec == 0) {
+    if (tsmm_misalignment(src) == 0) {
+      constexpr int kRowVectors = kCols / kVec;
+      for (int v = threadIdx.x; v < rows * kRowVectors; v += kThreads) {
+        const int row = v / kRowVectors;
+        const int col = (v - row * kRowVectors) * kVec;
+        tsmm_cp_async_16(dst + row * kStride + col, src + row * kCols + col);
+      }
+      return;
+    }
+  }
   for (int e = threadIdx.x; e < rows * kCols; e += kThreads) {
     const int row = e / kCols;
     tsmm_cp_async_element(dst + row * kStride + (e - row * kCols), src + e);
@@ -60,11 +93,22 @@ __device__ __forceinline__ void tsmm_dmma(double& d0, double& d1, double a, doub
                : "+d"(d0), "+d"(d1) : "d"(a), "d"(b));
 }
 
-// Elements a pointer lies past the previous 16-byte boundary.
-template <typename T>
-__device__ __forceinline__ int tsmm_misalignment(const T* p) {
-  return static_cast<int>((reinterpret_cast<unsigned long long>(p) % 16) / sizeof(T));
+// The fused update's scalar arithmetic, alpha * x and alpha * x + beta * y, for
+// real and complex (.x real, .y imaginary) elements.
+__device__ __forceinline__ float tsmm_scale(const double* s, float x) { return static_cast<float>(s[0]) * x; }
+__device__ __forceinline__ double tsmm_scale(const double* s, double x) { return s[0] * x; }
+__device__ __forceinline__ float2 tsmm_scale(const double* s, float2 x) {
+  const float re = static_cast<float>(s[0]), im = static_cast<float>(s[1]);
+  return make_float2(re * x.x - im * x.y, re * x.y + im * x.x);
 }
+__device__ __forceinline__ double2 tsmm_scale(const double* s, double2 x) {
+  return make_double2(s[0] * x.x - s[1] * x.y, s[0] * x.y + s[1] * x.x);
+}
+__device__ __forceinline__ float tsmm_add(float x, float y) { return x + y; }
+__device__ __forceinline__ double tsmm_add(double x, double y) { return x + y; }
+__device__ __forceinline__ float2 tsmm_add(float2 x, float2 y) { return make_float2(x.x + y.x, x.y + y.y); }
+__device__ __forceinline__ double2 tsmm_add(double2 x, double2 y) { return make_double2(x.x + y.x, x.y + y.y); }
+
 """
 
 
@@ -398,36 +442,125 @@ def _atb_block_reduction(spec: KernelSpec, ar: _Arith, outputs) -> list[str]:
 def _atb_finalize(spec: KernelSpec, ar: _Arith) -> list[str]:
     e = ar.elem
     mn = spec.problem.m * spec.problem.n
+    lanes_add = (f"make_{e}(sum.x + __shfl_down_sync(0xffffffffu, sum.x, offset), "
+                 f"sum.y + __shfl_down_sync(0xffffffffu, sum.y, offset))") if ar.complex else \
+        "sum + __shfl_down_sync(0xffffffffu, sum, offset)"
     return [
-        "// Second stage of the deterministic reduction: each batch item's grid_k",
-        "// partials are added in chunk order, one thread per output element.",
-        "const long long idx = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x;",
-        f"if (idx >= args.batch * {mn}) return;",
-        f"const long long item = idx / {mn};",
-        f"const {e}* partial = static_cast<const {e}*>(args.partials) + item * args.grid_k * {mn} + idx % {mn};",
-        f"{e} sum = partial[0];",
-        f"for (long long g = 1; g < args.grid_k; ++g) sum = {ar.add('sum', f'partial[g * {mn}]')};",
-        f"static_cast<{e}*>(args.out)[idx] = sum;",
+        "// Second stage of the deterministic reduction: one warp per output element. Its",
+        "// lanes stride over the grid_k partials, then a fixed shuffle tree adds the lanes:",
+        "// the same order on every run, and grid_k / 32 dependent loads instead of grid_k.",
+        "const long long element = (static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;",
+        "const int lane = threadIdx.x % 32;",
+        f"if (element >= args.batch * {mn}) return;  // whole warps",
+        f"const long long item = element / {mn};",
+        f"const {e}* partial = static_cast<const {e}*>(args.partials) + item * args.grid_k * {mn} + element % {mn};",
+        f"{e} sum = {ar.zero()};",
+        f"for (long long g = lane; g < args.grid_k; g += 32) sum = {ar.add('sum', f'partial[g * {mn}]')};",
+        "#pragma unroll",
+        f"for (int offset = 16; offset > 0; offset /= 2) sum = {lanes_add};",
+        f"if (lane == 0) static_cast<{e}*>(args.out)[element] = sum;",
     ]
 
 
 def _emit_ab(spec: KernelSpec) -> str:
-    p, c = spec.problem, spec.config
+    """Rows of A staged through the ring; each pass of the block's threads turns
+    `rows_per_pass` staged rows into rows of out (FMA register tiles or DMMA)."""
+    p = spec.problem
     ar = _Arith(spec)
+    e = ar.elem
+    passes = spec.rows_per_chunk // spec.rows_per_pass
+
+    body = _block_prologue(spec, ar, "c")
+    if p.update:
+        body += [
+            "// Fused update (BLAS's beta * y + alpha * A C): y is read in the pass that writes",
+            "// out, and only where beta is nonzero. No __restrict__: y may be out itself, which",
+            "// is safe because each element is read and then written by the same thread.",
+            f"{e}* out = static_cast<{e}*>(args.out) + item * args.k * {p.n};",
+            f"const {e}* y = static_cast<const {e}*>(args.y) + item * args.k * {p.n};",
+            "const bool read_y = args.beta[0] != 0 || args.beta[1] != 0;",
+            f"auto update = [&]({e} acc, {e} y_value) {{",
+            "  return read_y ? tsmm_add(tsmm_scale(args.alpha, acc), tsmm_scale(args.beta, y_value))",
+            "                : tsmm_scale(args.alpha, acc);",
+            "};",
+        ]
+    else:
+        body += [f"{e}* __restrict__ out = static_cast<{e}*>(args.out) + item * args.k * {p.n};"]
+    setup, tile_pass = (_ab_mma_tiles if spec.config.mma else _ab_fma_tiles)(spec, ar)
+    body += [
+        "",
+        *setup,
+        "",
+        f"auto slot_a = [&](int slot) {{ return reinterpret_cast<{e}*>(tsmm_smem + {spec.c_shared_bytes} + slot * {spec.stage_bytes}); }};",
+    ]
+    copy_a, offset_a = _staging(spec, e, "a", p.m)
+    consume = [
+        f"const {e}* sa = slot_a(slot) + {offset_a};",
+        f"if (rows == {spec.rows_per_chunk}) {{",
+        f"  // Full chunk: {passes} passes of the block's row tiles.",
+        f"  for (int pass = 0; pass < {passes}; ++pass) {{",
+        f"    const int base = pass * {spec.rows_per_pass};",
+        *["    " + line for line in tile_pass(False)],
+        "  }",
+        "} else {",
+        "  // Last, partial chunk: rows past the end are computed on stale shared data and not stored.",
+        f"  for (int base = 0; base < rows; base += {spec.rows_per_pass}) {{",
+        *["    " + line for line in tile_pass(True)],
+        "  }",
+        "}",
+    ]
+    body += [""] + _pipeline(spec, [copy_a], consume)
+    return _kernels(spec, [(spec.name, spec.threads, body)])
+
+
+def _ab_store(spec: KernelSpec, ar: _Arith, tiles: list[tuple[tuple[str, ...], str, str, str | None]]) -> tuple[list[str], list[str]]:
+    """(y prefetch, stores) for (accumulators, row in the chunk, first column, guard)
+    tuples: one accumulator, or two of neighbouring columns stored as a pair
+    (``out_pairs``/``y_pairs`` say whether pairs are 16-byte aligned). The y loads
+    go before the products, so their latency hides behind them."""
+    p = spec.problem
+
+    def guarded(guard: str | None, line: str) -> str:
+        return f"if ({guard}) {line}" if guard else line
+
+    at = lambda row, col: f"(row0 + {row}) * {p.n} + {col}"  # noqa: E731
+    prefetch = []
+    if p.update:
+        loads = []
+        for accs, row, col, guard in tiles:
+            if len(accs) == 1:
+                loads.append(guarded(guard, f"y_{accs[0]} = y[{at(row, col)}];"))
+            else:
+                pair = f"tsmm_load_pair(&y[{at(row, col)}], y_pairs)"
+                loads.append(guarded(guard, f"{{ const double2 v = {pair}; y_{accs[0]} = v.x; y_{accs[1]} = v.y; }}"))
+        prefetch = [
+            "// y's tile, loaded ahead of the products.",
+            *[f"{ar.elem} y_{acc} = {ar.zero()};" for accs, _, _, _ in tiles for acc in accs],
+            "if (read_y) {",
+            *["  " + line for line in loads],
+            "}",
+        ]
+    value = lambda acc: f"update({acc}, y_{acc})" if p.update else acc  # noqa: E731
+    stores = []
+    for accs, row, col, guard in tiles:
+        if len(accs) == 1:
+            stores.append(guarded(guard, f"out[{at(row, col)}] = {value(accs[0])};"))
+        else:
+            stores.append(guarded(guard, f"tsmm_store_pair(&out[{at(row, col)}], out_pairs, {value(accs[0])}, {value(accs[1])});"))
+    return prefetch, stores
+
+
+def _ab_fma_tiles(spec: KernelSpec, ar: _Arith):
+    """Register tiles on the FMA units: per inner index m, a thread's tile_m values
+    of A and tile_n values of C feed tile_m x tile_n FMAs (TSM2L's outer products)."""
+    p, c = spec.problem, spec.config
     e = ar.elem
     tm, tn = c.tile_m, c.tile_n  # rows of A x columns of C per thread
     lanes = spec.tiles_m  # threads side by side along N
     rg = c.row_groups
-    rows_per_pass = spec.rows_per_pass
-    passes = spec.rows_per_chunk // rows_per_pass
-    c_bytes = spec.c_shared_bytes
-
-    body = _block_prologue(spec, ar, "c")
-    body += [
-        f"{e}* __restrict__ out = static_cast<{e}*>(args.out) + item * args.k * {p.n};",
-        "",
+    setup = [
         f"// Thread place: columns `lane` of N ({tn} per thread), rows `row_group` of each pass",
-        f"// ({tm} per thread, {rows_per_pass} per pass of the block): a {tm}x{tn} register tile.",
+        f"// ({tm} per thread, {spec.rows_per_pass} per pass of the block): a {tm}x{tn} register tile.",
         f"const int lane = tid % {lanes};",
         f"const int row_group = tid / {lanes};",
         *_tile_indices("col", "lane", tn, lanes, p.n, c.mapping),
@@ -435,11 +568,9 @@ def _emit_ab(spec: KernelSpec) -> str:
             f"const int tile_row{i} = {f'row_group + {i * rg}' if c.mapping == 'interleaved' else f'row_group * {tm} + {i}'};"
             for i in range(tm)
         ],
-        "",
-        f"auto slot_a = [&](int slot) {{ return reinterpret_cast<{e}*>(tsmm_smem + {c_bytes} + slot * {spec.stage_bytes}); }};",
     ]
     if c.c_source == "shared":
-        body += [
+        setup += [
             "// C is small: every block keeps a copy in shared memory, read as broadcasts.",
             f"{e}* sc = reinterpret_cast<{e}*>(tsmm_smem);",
             f"for (int idx = tid; idx < {p.m * p.n}; idx += {spec.threads}) sc[idx] = c[idx];",
@@ -447,12 +578,20 @@ def _emit_ab(spec: KernelSpec) -> str:
         ]
         c_read = "sc[m * {n} + col{j}]"
     else:
-        body += ["// C is read through the read-only cache; it stays resident in L1."]
+        setup += ["// C is read through the read-only cache; it stays resident in L1."]
         c_read = "__ldg(&c[m * {n} + col{j}])"
 
     def tile_pass(guard_rows: bool) -> list[str]:
-        lines = [f"{e} acc_{i}_{j} = {ar.zero()};" for i in range(tm) for j in range(tn)]
-        lines += [
+        tiles = []
+        for i in range(tm):
+            for j in range(tn):
+                guards = [g for g in (f"base + tile_row{i} < rows" if guard_rows else None,
+                                      _valid("col", j, lanes, tn, p.n)) if g]
+                tiles.append(((f"acc_{i}_{j}",), f"base + tile_row{i}", f"col{j}", " && ".join(guards) or None))
+        prefetch, stores = _ab_store(spec, ar, tiles)
+        return [
+            *[f"{e} acc_{i}_{j} = {ar.zero()};" for i in range(tm) for j in range(tn)],
+            *prefetch,
             "// Outer products over the inner index m: per m, the thread's A values and C values",
             f"// feed {tm * tn} FMAs.",
             f"#pragma unroll {c.unroll}",
@@ -461,34 +600,85 @@ def _emit_ab(spec: KernelSpec) -> str:
             *[f"  const {e} c{j} = {c_read.format(n=p.n, j=j)};" for j in range(tn)],
             *["  " + line for i in range(tm) for j in range(tn) for line in ar.fma(f"acc_{i}_{j}", f"a{i}", f"c{j}")],
             "}",
+            *stores,
         ]
-        for i in range(tm):
-            for j in range(tn):
-                guards = [g for g in (f"base + tile_row{i} < rows" if guard_rows else None,
-                                      _valid("col", j, lanes, tn, p.n)) if g]
-                line = f"out[(row0 + base + tile_row{i}) * {p.n} + col{j}] = acc_{i}_{j};"
-                lines.append(f"if ({' && '.join(guards)}) {line}" if guards else line)
-        return lines
 
-    copy_a, offset_a = _staging(spec, e, "a", p.m)
-    issue = [copy_a]
-    consume = [
-        f"const {e}* sa = slot_a(slot) + {offset_a};",
-        f"if (rows == {spec.rows_per_chunk}) {{",
-        f"  // Full chunk: {passes} passes of the block's row tiles.",
-        f"  for (int pass = 0; pass < {passes}; ++pass) {{",
-        f"    const int base = pass * {rows_per_pass};",
-        *["    " + line for line in tile_pass(False)],
-        "  }",
-        "} else {",
-        "  // Last, partial chunk: rows past the end are computed on stale shared data and not stored.",
-        f"  for (int base = 0; base < rows; base += {rows_per_pass}) {{",
-        *["    " + line for line in tile_pass(True)],
-        "  }",
-        "}",
+    return setup, tile_pass
+
+
+def _ab_mma_tiles(spec: KernelSpec, ar: _Arith):
+    """FP64 tensor cores (DMMA, mma.sync m8n8k4) for wide float64 ab, which turns
+    compute-bound on the FMA units: C lives in registers as the B fragments of
+    every 4-wide step of the inner index; a warp turns tile_m slabs of 8 staged
+    rows into tile_m x tile_n 8x8 blocks of out per pass."""
+    p, c = spec.problem, spec.config
+    tm, tn = c.tile_m, c.tile_n
+    warps_n = spec.tiles_m
+    k_steps = -(-p.m // 4)
+    stride = spec.smem_stride(p.m)
+    setup = [
+        f"// Thread place: warp `warp_n` owns {tn} blocks of 8 columns of N; warps of row group g",
+        f"// take rows [g * {8 * tm}, (g + 1) * {8 * tm}) of each pass, as {tm} slabs of 8.",
+        "const int lane = tid % 32;",
+        f"const int warp_n = tid / 32 % {warps_n};",
+        f"const int row_group = tid / {32 * warps_n};",
+        "// PTX m8n8k4 f64 fragments: A (8x4, row) holds [lane/4][lane%4], B (4x8, col)",
+        "// [lane%4][lane/4], D (8x8) [lane/4][2*(lane%4) + h].",
+        "const int frag_row = lane / 4;",
+        "const int frag_k = lane % 4;",
+        "",
+        f"// C as B fragments, loaded once: c_<step>_<block> = C[4*step + frag_k][8*block + frag_row],",
+        "// zero past M or N so that the steps and blocks that overhang add nothing.",
+        *[f"const int c_col{j} = (warp_n * {tn} + {j}) * 8 + frag_row;" for j in range(tn)],
+        *[
+            f"const double c_{ks}_{j} = {ks * 4} + frag_k < {p.m} && c_col{j} < {p.n} ? __ldg(&c[({ks * 4} + frag_k) * {p.n} + c_col{j}]) : 0.0;"
+            for ks in range(k_steps) for j in range(tn)
+        ],
+        "// Columns of out this lane stores: D's [.][2*frag_k + h] of each block.",
+        *[f"const int out_col{j}_{h} = (warp_n * {tn} + {j}) * 8 + 2 * frag_k + {h};"
+          for j in range(tn) for h in range(1 if p.n % 2 == 0 else 2)],
     ]
-    body += [""] + _pipeline(spec, issue, consume)
-    return _kernels(spec, [(spec.name, spec.threads, body)])
+    col_overhang = warps_n * tn * 8 > p.n
+    # With N even a lane's two columns of a block are neighbours at an even offset
+    # in every row: one 16-byte store (whole sectors) wherever the base is aligned.
+    pairs = p.n % 2 == 0
+    if pairs:
+        setup += [
+            "// Even N: a lane's two neighbouring columns go out as one 16-byte access where aligned.",
+            "const bool out_pairs = tsmm_misalignment(out) == 0;",
+            *(["const bool y_pairs = tsmm_misalignment(y) == 0;"] if p.update else []),
+        ]
+
+    def tile_pass(guard_rows: bool) -> list[str]:
+        tiles = []
+        for i in range(tm):
+            row = f"slab + {i * 8} + frag_row"
+            for j in range(tn):
+                for h in range(1 if pairs else 2):
+                    guards = [g for g in (f"{row} < rows" if guard_rows else None,
+                                          f"out_col{j}_{h} < {p.n}" if col_overhang else None) if g]
+                    accs = (f"acc_{i}_{j}_0", f"acc_{i}_{j}_1") if pairs else (f"acc_{i}_{j}_{h}",)
+                    tiles.append((accs, row, f"out_col{j}_{h}", " && ".join(guards) or None))
+        prefetch, stores = _ab_store(spec, ar, tiles)
+        lines = [
+            f"const int slab = base + row_group * {8 * tm};",
+            *[f"double acc_{i}_{j}_{h} = 0;" for i in range(tm) for j in range(tn) for h in range(2)],
+            *prefetch,
+            f"// {k_steps} steps of 4 along the inner index, one DMMA per 8x8 block each; A's",
+            "// columns past M are masked: the padding of a staged row is never written.",
+        ]
+        for ks in range(k_steps):
+            inside = f"frag_k < {p.m - ks * 4} ? " if ks * 4 + 4 > p.m else ""
+            lines += [
+                "{",
+                *[f"  const double a{i} = {inside}sa[(slab + {i * 8} + frag_row) * {stride} + {ks * 4} + frag_k]{' : 0.0' if inside else ''};"
+                  for i in range(tm)],
+                *[f"  tsmm_dmma(acc_{i}_{j}_0, acc_{i}_{j}_1, a{i}, c_{ks}_{j});" for i in range(tm) for j in range(tn)],
+                "}",
+            ]
+        return lines + stores
+
+    return setup, tile_pass
 
 
 def _kernels(spec: KernelSpec, kernels: list[tuple[str, int | None, list[str]]]) -> str:

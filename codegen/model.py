@@ -23,8 +23,11 @@ ROWS_PER_THREAD = 4  # per stage, at least, for atb
 SECTOR_BYTES = 32  # ab: neighbouring threads store at least one full sector of a row
 SHARED_BUDGET = 112 * 1024  # two blocks per SM
 C_SHARED_LIMIT = 48 * 1024
-# float64 atb wider than 16 x 16 turns compute-bound on the FMA units: use DMMA.
+# float64 wider than 16 x 16 turns compute-bound on the FMA units: use DMMA.
 MMA_MIN_OUTPUTS = 16 * 16
+MMA_TILE_BLOCKS = 8  # 8x8 blocks per warp beyond 32x32: 32 accumulator registers
+MMA_MAX_WARPS = 8
+MMA_MIN_WARPS = 8  # per block beyond 32x32; the widths up to 32x32, which ran well, had 8 to 12
 
 
 def _split(extent: int, widest: int) -> int:
@@ -60,27 +63,68 @@ def _atb_config(problem: Problem, m_panels: int, widest: int) -> Config:
                   stages=STAGES, unroll=4, padded=True, m_panels=m_panels, blocks_per_sm=BLOCKS_PER_SM)
 
 
+def _atb_mma_warp_tile(blocks_m: int, blocks_n: int) -> tuple[int, int]:
+    """tile_m x tile_n blocks of 8x8 per warp. Up to 4x4 blocks (32x32): 2x4 (the
+    shapes measured at 86-95 % of roofline). Wider: the tile of at most
+    MMA_TILE_BLOCKS blocks, in at most MMA_MAX_WARPS warps, that computes the
+    fewest blocks past M and N (each a whole DMMA wasted), then needs the fewest
+    fragment loads per DMMA; 4x4 where none fits."""
+    if blocks_m * blocks_n > 16:
+        tiles = [(tm, tn) for tm in range(1, blocks_m + 1) for tn in range(1, blocks_n + 1)
+                 if tm * tn <= MMA_TILE_BLOCKS and math.ceil(blocks_m / tm) * math.ceil(blocks_n / tn) <= MMA_MAX_WARPS]
+
+        def cost(tile):
+            tm, tn = tile
+            return math.ceil(blocks_m / tm) * tm * math.ceil(blocks_n / tn) * tn, (tm + tn) / (tm * tn)
+
+        if tiles:
+            return min(tiles, key=cost)
+    return min(blocks_m, 2 if blocks_m * blocks_n <= 64 else 4), min(blocks_n, 4)
+
+
 def _atb_mma_config(problem: Problem) -> Config:
-    """DMMA: each warp 2x4 blocks of 8x8 (16 accumulators a thread; 4x4 past 64x64,
-    so that the warps' registers fit one SM), enough row groups of warps for
-    ~TARGET_THREADS threads."""
+    """DMMA: the warp tile above; row groups of warps for ~TARGET_THREADS threads,
+    and beyond 32x32 at least MMA_MIN_WARPS warps a block."""
     blocks_m, blocks_n = math.ceil(problem.m / 8), math.ceil(problem.n / 8)
-    tile_m, tile_n = min(blocks_m, 2 if blocks_m * blocks_n <= 64 else 4), min(blocks_n, 4)
+    tile_m, tile_n = _atb_mma_warp_tile(blocks_m, blocks_n)
     warps = math.ceil(blocks_m / tile_m) * math.ceil(blocks_n / tile_n)
     probe = KernelSpec(problem, Config(tile_m=tile_m, tile_n=tile_n, mma=True, rows_per_stage=4, row_groups=1))
     row_bytes = (probe.smem_stride(problem.m) + probe.smem_stride(problem.n)) * problem.element_bytes
     stage_rows = max(4, STAGE_BYTES // row_bytes)
     row_groups = max(1, min(TARGET_THREADS // (32 * warps), stage_rows // (4 * ROWS_PER_THREAD)))
+    if blocks_m * blocks_n > 16:
+        row_groups = max(row_groups, math.ceil(MMA_MIN_WARPS / warps))
     rows = max(4 * row_groups, stage_rows // (4 * row_groups) * (4 * row_groups))
     return Config(tile_m=tile_m, tile_n=tile_n, mapping="blocked", row_groups=row_groups, rows_per_stage=rows,
                   stages=STAGES, unroll=2, mma=True, blocks_per_sm=BLOCKS_PER_SM)
 
 
+def _ab_mma_config(problem: Problem) -> Config:
+    """DMMA: each warp 2 blocks of 8 columns of N with C's fragments in registers,
+    slabs of 8 rows (2 unless the registers would keep two blocks off an SM),
+    enough row groups of warps for ~TARGET_THREADS threads."""
+    tile_n = min(math.ceil(problem.n / 8), 2)
+    warps_n = math.ceil(math.ceil(problem.n / 8) / tile_n)
+    row_groups = max(1, TARGET_THREADS // (32 * warps_n))
+    for tile_m in (2, 1):
+        config = Config(tile_m=tile_m, tile_n=tile_n, mapping="blocked", row_groups=row_groups,
+                        rows_per_stage=8 * tile_m * row_groups, stages=STAGES, c_source="global",
+                        mma=True, blocks_per_sm=BLOCKS_PER_SM)
+        probe = KernelSpec(problem, config)
+        if probe.threads * probe.estimated_registers() * BLOCKS_PER_SM <= 65536:
+            break
+    # At least two passes per stage: half the barriers per row of a one-pass stage.
+    rows = max(2 * probe.rows_per_pass,
+               _rows_per_stage(problem, probe.smem_stride(problem.m) * problem.element_bytes, probe.rows_per_pass))
+    return dataclasses.replace(config, rows_per_stage=rows)
+
+
 def default_config(problem: Problem) -> Config:
     """A valid configuration for ``problem`` from the model above."""
     widest = _widest_tile(problem)
-    if problem.op == "atb" and problem.dtype == "float64" and problem.m * problem.n > MMA_MIN_OUTPUTS:
-        return _shrink_to_fit(problem, _atb_mma_config(problem))
+    if problem.dtype == "float64" and problem.m * problem.n > MMA_MIN_OUTPUTS:
+        mma_config = _atb_mma_config if problem.op == "atb" else _ab_mma_config
+        return _shrink_to_fit(problem, mma_config(problem))
     if problem.op == "atb":
         # More panels (blocks along M) only when one block cannot hold the result.
         for m_panels in range(1, problem.m + 1):

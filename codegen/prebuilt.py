@@ -31,8 +31,9 @@ def prebuilt_problems() -> list[Problem]:
         for dtype in ("float64", "float32")
         for width in PREBUILT_WIDTHS
     ]
-    # Gram-Schmidt's complex inner products Qᴴ V.
+    # Gram-Schmidt: complex inner products Qᴴ V, and the fused updates V - Q C.
     problems += [Problem("atb", "complex128", w, w, conj=True) for w in (4, 8, 16, 32)]
+    problems += [Problem("ab", "float64", w, w, update=True) for w in (8, 16, 32)]
     return problems
 
 

@@ -44,18 +44,22 @@ def score(spec: KernelSpec) -> float:
 
 
 def _mma_candidates(problem: Problem) -> dict[Config, float]:
-    """DMMA configurations (float64 atb), scored like the rest with the tensor cores'
+    """DMMA configurations (float64), scored like the rest with the tensor cores'
     doubled rate counted as twice the reuse."""
     found = {}
-    probe = KernelSpec(problem, Config(tile_m=1, tile_n=1, mma=True, rows_per_stage=4, row_groups=1))
-    row_bytes = (probe.smem_stride(problem.m) + probe.smem_stride(problem.n)) * problem.element_bytes
+    atb = problem.op == "atb"
+    probe = KernelSpec(problem, Config(tile_m=1, tile_n=1, mma=True, rows_per_stage=8, row_groups=1, c_source="global"))
+    row_bytes = (probe.smem_stride(problem.m) + (probe.smem_stride(problem.n) if atb else 0)) * problem.element_bytes
     for tile_m, tile_n, row_groups, stage_bytes, stages, blocks in itertools.product(
-        (1, 2, 4), (1, 2, 4), (1, 2, 4, 8), STAGE_BYTES, (2, 3, 4), (1, 2, 3),
+        range(1, 8), range(1, 8), (1, 2, 4, 8), STAGE_BYTES, (2, 3, 4), (1, 2, 3),
     ):
-        per_pass = 4 * row_groups
+        if tile_m * tile_n > 16:
+            continue
+        per_pass = 4 * row_groups if atb else 8 * tile_m * row_groups
         rows = max(per_pass, stage_bytes // row_bytes // per_pass * per_pass)
         config = Config(tile_m=tile_m, tile_n=tile_n, mapping="blocked", row_groups=row_groups,
-                        rows_per_stage=rows, stages=stages, unroll=2, mma=True, blocks_per_sm=blocks)
+                        rows_per_stage=rows, stages=stages, unroll=2 if atb else 1, mma=True,
+                        c_source="shared" if atb else "global", blocks_per_sm=blocks)
         spec = KernelSpec(problem, config)
         try:
             validate(spec)
@@ -93,7 +97,7 @@ def candidates(problem: Problem, limit: int = 16) -> list[Config]:
             continue
         if _occupancy_ok(spec):
             found[config] = score(spec)
-    if problem.op == "atb" and problem.dtype == "float64":
+    if problem.dtype == "float64":
         found.update(_mma_candidates(problem))
     # Best first, but one per tile/thread/stage shape before any second variant of
     # a shape (unroll, mapping and blocks per SM matter less than those).

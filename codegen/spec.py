@@ -39,6 +39,9 @@ class Problem:
     m: int
     n: int
     conj: bool = False  # op(A) = conj(A); only meaningful for complex dtypes
+    # ab only: out = beta * y + alpha * op(A) C in the same pass (BLAS's update;
+    # alpha and beta are launch arguments, y may be out itself)
+    update: bool = False
 
     @property
     def real_type(self) -> str:
@@ -78,9 +81,12 @@ class Config:
                      padding), so threads reading the same column of different
                      rows hit different banks; such rows are copied element by
                      element instead of in 16-byte vectors.
-    mma              atb float64 only: FP64 tensor cores (mma.sync m8n8k4); then
-                     tile_m x tile_n counts 8x8 blocks per warp and a row
-                     group is a set of warps taking 4-row steps.
+    mma              float64 only: FP64 tensor cores (mma.sync m8n8k4). atb:
+                     tile_m x tile_n 8x8 blocks of the result per warp, a row
+                     group is a set of warps taking 4-row steps. ab: a warp
+                     holds C in registers and turns tile_m slabs of 8 rows
+                     into tile_m x tile_n 8x8 blocks of out; C is read from
+                     global memory once (c_source "global").
     m_panels         atb only: the M rows of the result are split into this many
                      panels, one per blockIdx.y, when one block's registers
                      cannot hold all of them (each panel streams A and B again).
@@ -116,18 +122,20 @@ class KernelSpec:
     @property
     def tiles_m(self) -> int:
         """atb: tiles along a panel of M (with mma: warps along M). ab: threads along N
-        (each holding tile_n columns)."""
+        (each holding tile_n columns; with mma: warps, each tile_n blocks of 8)."""
         p, c = self.problem, self.config
         if c.mma:
-            return _ceil_div(_ceil_div(p.m, 8), c.tile_m)
+            return _ceil_div(_ceil_div(p.m if p.op == "atb" else p.n, 8), c.tile_m if p.op == "atb" else c.tile_n)
         return _ceil_div(self.panel_m, c.tile_m) if p.op == "atb" else _ceil_div(p.n, c.tile_n)
 
     @property
     def tiles_n(self) -> int:
         p, c = self.problem, self.config
+        if p.op == "ab":
+            return 1
         if c.mma:
             return _ceil_div(_ceil_div(p.n, 8), c.tile_n)
-        return _ceil_div(p.n, c.tile_n) if p.op == "atb" else 1
+        return _ceil_div(p.n, c.tile_n)
 
     @property
     def threads(self) -> int:
@@ -137,9 +145,9 @@ class KernelSpec:
     def rows_per_pass(self) -> int:
         """Rows one pass of all the block's threads covers; stages hold whole passes."""
         c = self.config
-        if c.mma:
-            return 4 * c.row_groups
-        return c.row_groups * (c.tile_m if self.problem.op == "ab" else 1)
+        if self.problem.op == "ab":
+            return c.row_groups * c.tile_m * (8 if c.mma else 1)
+        return c.row_groups * (4 if c.mma else 1)
 
     @property
     def rows_per_chunk(self) -> int:
@@ -180,7 +188,7 @@ class KernelSpec:
     @property
     def c_shared_bytes(self) -> int:
         p = self.problem
-        if p.op != "ab" or self.config.c_source != "shared":
+        if p.op != "ab" or self.config.c_source != "shared" or self.config.mma:
             return 0
         return _round_up(p.m * p.n * p.element_bytes, VECTOR_BYTES)
 
@@ -201,9 +209,12 @@ class KernelSpec:
         row step, plus a fixed allowance for addresses, indices and the loader."""
         p, c = self.problem, self.config
         words = (2 if p.real_type == "double" else 1) * p.components
-        accumulators = c.tile_m * c.tile_n * words * (2 if c.mma else 1)
+        outputs = c.tile_m * c.tile_n * (2 if c.mma else 1)  # a DMMA block: 2 per lane
         operands = (c.tile_m + c.tile_n) * words
-        return accumulators + operands + 40
+        if c.mma and p.op == "ab":  # C's fragments stay in registers
+            operands = (c.tile_m + _ceil_div(p.m, 4) * c.tile_n) * words
+        update_tile = outputs * words if p.update else 0  # y, loaded ahead
+        return outputs * words + operands + update_tile + 40
 
     @property
     def name(self) -> str:
@@ -212,8 +223,8 @@ class KernelSpec:
         source_fields = dataclasses.asdict(c)
         del source_fields["blocks_per_sm"]  # a launch parameter, not part of the source
         digest = hashlib.sha1(repr((p, sorted(source_fields.items()))).encode()).hexdigest()[:10]
-        conj = "c" if p.conj else ""
-        return f"tsmm_{p.op}{conj}_{p.dtype}_m{p.m}_n{p.n}_{digest}"
+        op = p.op + ("c" if p.conj else "") + ("_update" if p.update else "")
+        return f"tsmm_{op}_{p.dtype}_m{p.m}_n{p.n}_{digest}"
 
 
 def _ceil_div(x: int, y: int) -> int:
@@ -238,6 +249,8 @@ def validate(spec: KernelSpec) -> None:
         errors.append(f"M and N must lie in 1..128, got {p.m}x{p.n}")
     if p.conj and p.components == 1:
         errors.append("conj applies to complex dtypes only")
+    if p.update and p.op != "ab":
+        errors.append("update applies to ab only")
     if c.mapping not in ("interleaved", "blocked"):
         errors.append(f"mapping must be 'interleaved' or 'blocked', got {c.mapping!r}")
     if c.c_source not in ("shared", "global"):
@@ -245,11 +258,14 @@ def validate(spec: KernelSpec) -> None:
     if not 1 <= c.m_panels <= (p.m if p.op == "atb" else 1):
         errors.append(f"m_panels {c.m_panels} must lie in 1..M for atb and be 1 for ab")
         raise InvalidSpec(f"{spec.name}: " + "; ".join(errors))
-    if c.mma and (p.op, p.dtype, c.m_panels) != ("atb", "float64", 1):
-        errors.append("mma (DMMA) serves float64 atb without panels only")
+    if c.mma and (p.dtype != "float64" or c.m_panels != 1 or (p.op == "ab" and c.c_source != "global")):
+        errors.append("mma (DMMA) serves float64 without panels, for ab with C from global memory")
         raise InvalidSpec(f"{spec.name}: " + "; ".join(errors))
     inner_m = spec.panel_m if p.op == "atb" else c.rows_per_stage
-    tile_limits = (_ceil_div(p.m, 8), _ceil_div(p.n, 8)) if c.mma else (inner_m, p.n)
+    if c.mma:
+        tile_limits = (_ceil_div(p.m, 8), _ceil_div(p.n, 8)) if p.op == "atb" else (_ceil_div(inner_m, 8), _ceil_div(p.n, 8))
+    else:
+        tile_limits = (inner_m, p.n)
     if not (1 <= c.tile_m <= tile_limits[0] and 1 <= c.tile_n <= tile_limits[1]):
         errors.append(f"tile {c.tile_m}x{c.tile_n} does not fit the problem")
     if c.row_groups < 1 or c.stages < 2 or c.unroll < 1 or c.blocks_per_sm < 1:

@@ -4,9 +4,9 @@
 #include <algorithm>
 #include <cstdint>
 #include <limits>
-#include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include <cuda_runtime_api.h>
@@ -28,8 +28,6 @@ constexpr int kMaxThreadsPerBlock = 1024;
 constexpr int kFinalizeThreads = 256;
 constexpr int64_t kMaxGridBlocks = std::numeric_limits<int32_t>::max();  // gridDim.x
 constexpr int32_t kMaxGridY = 65535;  // gridDim.y
-// The most XLA's scratch allocator accepts; its blocks start 256-byte aligned anyway.
-constexpr size_t kScratchAlignment = 16;
 constexpr uintptr_t kVectorAlignment = 16;
 
 using Dims = ffi::AnyBuffer::Dimensions;
@@ -60,37 +58,49 @@ std::string ShapeString(Dims dims) {
   return text + (dims.size() == 1 ? ",)" : ")");
 }
 
-// The parameters a lowering passes along with the kernel it chose.
+// The parameters a lowering passes along with the kernel it chose. The lowering
+// also fixes the grid (grid_k blocks per batch item along K) and sizes atb's
+// partial sums as a second result, so every call with the same shapes launches
+// the same work on caller-owned buffers: the handler is safe to capture into a
+// CUDA graph (XLA's command buffers).
 struct KernelAttrs {
   std::string_view kernel;   // symbol name
   std::string_view library;  // path of a .cubin; empty: built into this module
   int32_t threads;
   int32_t shared_bytes;
   int64_t rows_per_chunk;
-  int32_t blocks_per_sm;
+  int64_t grid_k;
   int32_t m_panels;  // atb: blocks side by side along M (blockIdx.y), each a panel of rows of the result
 };
 
 ffi::Error CheckAttrs(const KernelAttrs& attrs) {
   if (attrs.kernel.empty() || attrs.threads < 1 || attrs.threads > kMaxThreadsPerBlock ||
-      attrs.shared_bytes < 0 || attrs.rows_per_chunk < 1 || attrs.blocks_per_sm < 1 ||
+      attrs.shared_bytes < 0 || attrs.rows_per_chunk < 1 || attrs.grid_k < 1 ||
       attrs.m_panels < 1 || attrs.m_panels > kMaxGridY) {
     return ffi::Error::InvalidArgument(
         "jax_tsmm: bad launch attributes for kernel '" + std::string(attrs.kernel) +
         "': threads " + std::to_string(attrs.threads) + ", shared_bytes " +
         std::to_string(attrs.shared_bytes) + ", rows_per_chunk " +
-        std::to_string(attrs.rows_per_chunk) + ", blocks_per_sm " +
-        std::to_string(attrs.blocks_per_sm) + ", m_panels " + std::to_string(attrs.m_panels));
+        std::to_string(attrs.rows_per_chunk) + ", grid_k " + std::to_string(attrs.grid_k) +
+        ", m_panels " + std::to_string(attrs.m_panels));
   }
   return ffi::Error::Success();
 }
 
+// ab's fused update: out = beta * y + alpha * op(a) c.
+struct Update {
+  const ffi::AnyBuffer* y;
+  double alpha[2];  // (real, imaginary)
+  double beta[2];
+};
+
 // atb: a (batch..., K, M), b (batch..., K, N) -> out (batch..., M, N).
 // ab:  a (batch..., K, M), c (batch..., M, N) -> out (batch..., K, N).
-// Operand batch axes equal out's or are 1; all three share one dtype.
+// Operand batch axes equal out's or are 1; all share one dtype; an update's y
+// has exactly out's shape.
 ffi::Error CheckOperands(Op op, const ffi::AnyBuffer& a, const ffi::AnyBuffer& b,
-                         const ffi::AnyBuffer& out) {
-  const char* name = op == Op::kAtb ? "tsmm_atb" : "tsmm_ab";
+                         const ffi::AnyBuffer& out, const Update* update) {
+  const char* name = op == Op::kAtb ? "tsmm_atb" : update ? "tsmm_ab_update" : "tsmm_ab";
   Dims a_dims = a.dimensions(), b_dims = b.dimensions(), out_dims = out.dimensions();
   auto shape_error = [&](const std::string& why) {
     return ffi::Error::InvalidArgument("jax_tsmm: " + std::string(name) + ": " + why +
@@ -104,7 +114,8 @@ ffi::Error CheckOperands(Op op, const ffi::AnyBuffer& a, const ffi::AnyBuffer& b
                                        ": dtype must be float32, float64, complex64 or "
                                        "complex128");
   }
-  if (b.element_type() != a.element_type() || out.element_type() != a.element_type()) {
+  if (b.element_type() != a.element_type() || out.element_type() != a.element_type() ||
+      (update && update->y->element_type() != a.element_type())) {
     return ffi::Error::InvalidArgument("jax_tsmm: " + std::string(name) +
                                        ": operands and result must share one dtype");
   }
@@ -123,6 +134,12 @@ ffi::Error CheckOperands(Op op, const ffi::AnyBuffer& a, const ffi::AnyBuffer& b
   const int64_t out_rows = op == Op::kAtb ? m : k;
   if (b_dims[rank - 2] != b_rows || out_dims[rank - 2] != out_rows || out_dims[rank - 1] != n) {
     return shape_error("matrix dimensions disagree");
+  }
+  if (update) {
+    Dims y_dims = update->y->dimensions();
+    if (!std::equal(y_dims.begin(), y_dims.end(), out_dims.begin(), out_dims.end())) {
+      return shape_error("y has shape " + ShapeString(y_dims) + ", not the result's");
+    }
   }
   return ffi::Error::Success();
 }
@@ -175,10 +192,12 @@ ffi::Error Launch(const void* function, int64_t blocks, int panels, int threads,
   return ffi::Error::Success();
 }
 
-ffi::Error Tsmm(Op op, cudaStream_t stream, ffi::ScratchAllocator& scratch, ffi::AnyBuffer a,
-                ffi::AnyBuffer b, ffi::AnyBuffer out, const KernelAttrs& attrs) {
+// `partials`: atb's buffer of grid_k partial sums per batch item, used when
+// grid_k > 1. `update`: ab's fused update, or null.
+ffi::Error Tsmm(Op op, cudaStream_t stream, ffi::AnyBuffer a, ffi::AnyBuffer b, ffi::AnyBuffer out,
+                const ffi::AnyBuffer* partials, const Update* update, const KernelAttrs& attrs) {
   if (ffi::Error error = CheckAttrs(attrs); error.failure()) return error;
-  if (ffi::Error error = CheckOperands(op, a, b, out); error.failure()) return error;
+  if (ffi::Error error = CheckOperands(op, a, b, out, update); error.failure()) return error;
   if (out.element_count() == 0) return ffi::Error::Success();
 
   Dims out_dims = out.dimensions();
@@ -210,25 +229,12 @@ ffi::Error Tsmm(Op op, cudaStream_t stream, ffi::ScratchAllocator& scratch, ffi:
     args.b_batch_stride[i] = axes[i].b_stride;
     args.batch *= axes[i].extent;
   }
-
-  KernelEntry kernel;
-  if (ffi::Error error = FindKernel(attrs.library, attrs.kernel, op == Op::kAtb, &kernel);
-      error.failure()) {
-    return error;
+  if (update) {
+    args.y = update->y->untyped_data();
+    std::copy(update->alpha, update->alpha + 2, args.alpha);
+    std::copy(update->beta, update->beta + 2, args.beta);
   }
-  int device = 0;
-  if (cudaError_t error = cudaGetDevice(&device); error != cudaSuccess) {
-    return CudaFailure("cudaGetDevice", attrs.kernel, attrs.library, error);
-  }
-  int multiprocessors = 0;
-  if (ffi::Error error = MultiprocessorCount(device, &multiprocessors); error.failure()) {
-    return error;
-  }
-
-  // Enough blocks to fill the device, but no more than there are chunks of K.
-  const int64_t wanted = CeilDiv(int64_t{multiprocessors} * attrs.blocks_per_sm, args.batch);
-  const int64_t chunks = CeilDiv(k, attrs.rows_per_chunk);
-  args.grid_k = std::max<int64_t>(1, std::min(wanted, chunks));
+  args.grid_k = attrs.grid_k;
   const int64_t blocks = args.grid_k * args.batch;
   if (blocks > kMaxGridBlocks) {
     return ffi::Error::InvalidArgument("jax_tsmm: " + std::to_string(args.batch) +
@@ -241,15 +247,24 @@ ffi::Error Tsmm(Op op, cudaStream_t stream, ffi::ScratchAllocator& scratch, ffi:
   if (needs_finalize) {
     const size_t bytes = static_cast<size_t>(args.batch * args.grid_k * matrix_elements) *
                          ElementBytes(out.element_type());
-    std::optional<void*> partials = scratch.Allocate(bytes, kScratchAlignment);
-    if (!partials.has_value()) {
-      return ffi::Error(ffi::ErrorCode::kResourceExhausted,
-                        "jax_tsmm: no scratch memory for " + std::to_string(bytes) +
-                            " bytes of partial sums of kernel '" + std::string(attrs.kernel) + "'");
+    if (partials == nullptr || partials->size_bytes() < bytes) {
+      return ffi::Error::InvalidArgument(
+          "jax_tsmm: kernel '" + std::string(attrs.kernel) + "' needs " + std::to_string(bytes) +
+          " bytes of partial sums for grid_k " + std::to_string(args.grid_k) + ", got " +
+          std::to_string(partials ? partials->size_bytes() : 0));
     }
-    args.partials = *partials;
+    args.partials = partials->untyped_data();
   }
 
+  KernelEntry kernel;
+  if (ffi::Error error = FindKernel(attrs.library, attrs.kernel, op == Op::kAtb, &kernel);
+      error.failure()) {
+    return error;
+  }
+  int device = 0;
+  if (cudaError_t error = cudaGetDevice(&device); error != cudaSuccess) {
+    return CudaFailure("cudaGetDevice", attrs.kernel, attrs.library, error);
+  }
   if (cudaError_t error = AllowDynamicSharedMemory(kernel.main, device, attrs.shared_bytes);
       error != cudaSuccess) {
     return CudaFailure("cudaFuncSetAttribute(MaxDynamicSharedMemorySize)", attrs.kernel,
@@ -261,7 +276,8 @@ ffi::Error Tsmm(Op op, cudaStream_t stream, ffi::ScratchAllocator& scratch, ffi:
     return error;
   }
   if (!needs_finalize) return ffi::Error::Success();
-  const int64_t finalize_blocks = CeilDiv(args.batch * matrix_elements, kFinalizeThreads);
+  // One warp per output element.
+  const int64_t finalize_blocks = CeilDiv(args.batch * matrix_elements * 32, kFinalizeThreads);
   if (finalize_blocks > kMaxGridBlocks) {
     return ffi::Error::InvalidArgument("jax_tsmm: result too large for one finalize launch");
   }
@@ -269,36 +285,75 @@ ffi::Error Tsmm(Op op, cudaStream_t stream, ffi::ScratchAllocator& scratch, ffi:
                 std::string(attrs.kernel) + "_finalize", attrs.library);
 }
 
-ffi::Error TsmmAtbImpl(cudaStream_t stream, ffi::ScratchAllocator scratch, ffi::AnyBuffer a,
-                       ffi::AnyBuffer b, ffi::Result<ffi::AnyBuffer> out, std::string_view kernel,
-                       std::string_view library, int32_t threads, int32_t shared_bytes,
-                       int64_t rows_per_chunk, int32_t blocks_per_sm, int32_t m_panels) {
-  return Tsmm(Op::kAtb, stream, scratch, a, b, *out,
-              {kernel, library, threads, shared_bytes, rows_per_chunk, blocks_per_sm, m_panels});
+ffi::Error TsmmAtbImpl(cudaStream_t stream, ffi::AnyBuffer a, ffi::AnyBuffer b,
+                       ffi::Result<ffi::AnyBuffer> out, ffi::Result<ffi::AnyBuffer> partials,
+                       std::string_view kernel, std::string_view library, int32_t threads,
+                       int32_t shared_bytes, int64_t rows_per_chunk, int64_t grid_k,
+                       int32_t m_panels) {
+  return Tsmm(Op::kAtb, stream, a, b, *out, &*partials, nullptr,
+              {kernel, library, threads, shared_bytes, rows_per_chunk, grid_k, m_panels});
 }
 
-ffi::Error TsmmAbImpl(cudaStream_t stream, ffi::ScratchAllocator scratch, ffi::AnyBuffer a,
-                      ffi::AnyBuffer c, ffi::Result<ffi::AnyBuffer> out, std::string_view kernel,
+ffi::Error TsmmAbImpl(cudaStream_t stream, ffi::AnyBuffer a, ffi::AnyBuffer c,
+                      ffi::Result<ffi::AnyBuffer> out, std::string_view kernel,
                       std::string_view library, int32_t threads, int32_t shared_bytes,
-                      int64_t rows_per_chunk, int32_t blocks_per_sm, int32_t m_panels) {
-  return Tsmm(Op::kAb, stream, scratch, a, c, *out,
-              {kernel, library, threads, shared_bytes, rows_per_chunk, blocks_per_sm, m_panels});
+                      int64_t rows_per_chunk, int64_t grid_k, int32_t m_panels) {
+  return Tsmm(Op::kAb, stream, a, c, *out, nullptr, nullptr,
+              {kernel, library, threads, shared_bytes, rows_per_chunk, grid_k, m_panels});
 }
 
-auto TsmmBinding() {
-  return ffi::Ffi::Bind()
-      .Ctx<ffi::PlatformStream<cudaStream_t>>()
-      .Ctx<ffi::ScratchAllocator>()
-      .Arg<ffi::AnyBuffer>()  // a
-      .Arg<ffi::AnyBuffer>()  // atb: b, ab: c
-      .Ret<ffi::AnyBuffer>()  // out
-      .Attr<std::string_view>("kernel")
-      .Attr<std::string_view>("library")
-      .Attr<int32_t>("threads")
-      .Attr<int32_t>("shared_bytes")
-      .Attr<int64_t>("rows_per_chunk")
-      .Attr<int32_t>("blocks_per_sm")
-      .Attr<int32_t>("m_panels");
+ffi::Error TsmmAbUpdateImpl(cudaStream_t stream, ffi::AnyBuffer a, ffi::AnyBuffer c,
+                            ffi::AnyBuffer y, ffi::Result<ffi::AnyBuffer> out,
+                            std::string_view kernel, std::string_view library, int32_t threads,
+                            int32_t shared_bytes, int64_t rows_per_chunk, int64_t grid_k,
+                            int32_t m_panels, double alpha_real, double alpha_imag,
+                            double beta_real, double beta_imag) {
+  const Update update = {&y, {alpha_real, alpha_imag}, {beta_real, beta_imag}};
+  return Tsmm(Op::kAb, stream, a, c, *out, nullptr, &update,
+              {kernel, library, threads, shared_bytes, rows_per_chunk, grid_k, m_panels});
+}
+
+// The launch attributes every product takes, after its buffers.
+template <typename Binding>
+auto WithKernelAttrs(Binding binding) {
+  return std::move(binding)
+      .template Attr<std::string_view>("kernel")
+      .template Attr<std::string_view>("library")
+      .template Attr<int32_t>("threads")
+      .template Attr<int32_t>("shared_bytes")
+      .template Attr<int64_t>("rows_per_chunk")
+      .template Attr<int64_t>("grid_k")
+      .template Attr<int32_t>("m_panels");
+}
+
+auto AtbBinding() {
+  return WithKernelAttrs(ffi::Ffi::Bind()
+                             .Ctx<ffi::PlatformStream<cudaStream_t>>()
+                             .Arg<ffi::AnyBuffer>()    // a
+                             .Arg<ffi::AnyBuffer>()    // b
+                             .Ret<ffi::AnyBuffer>()    // out
+                             .Ret<ffi::AnyBuffer>());  // partials
+}
+
+auto AbBinding() {
+  return WithKernelAttrs(ffi::Ffi::Bind()
+                             .Ctx<ffi::PlatformStream<cudaStream_t>>()
+                             .Arg<ffi::AnyBuffer>()    // a
+                             .Arg<ffi::AnyBuffer>()    // c
+                             .Ret<ffi::AnyBuffer>());  // out
+}
+
+auto AbUpdateBinding() {
+  return WithKernelAttrs(ffi::Ffi::Bind()
+                             .Ctx<ffi::PlatformStream<cudaStream_t>>()
+                             .Arg<ffi::AnyBuffer>()   // a
+                             .Arg<ffi::AnyBuffer>()   // c
+                             .Arg<ffi::AnyBuffer>()   // y
+                             .Ret<ffi::AnyBuffer>())  // out, may alias y
+      .Attr<double>("alpha_real")
+      .Attr<double>("alpha_imag")
+      .Attr<double>("beta_real")
+      .Attr<double>("beta_imag");
 }
 
 bool VectorAligned(const void* pointer) {
@@ -351,8 +406,10 @@ auto StreamBinding() {
 }  // namespace
 }  // namespace jax_tsmm
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(TsmmAtb, jax_tsmm::TsmmAtbImpl, jax_tsmm::TsmmBinding());
-XLA_FFI_DEFINE_HANDLER_SYMBOL(TsmmAb, jax_tsmm::TsmmAbImpl, jax_tsmm::TsmmBinding());
+XLA_FFI_DEFINE_HANDLER_SYMBOL(TsmmAtb, jax_tsmm::TsmmAtbImpl, jax_tsmm::AtbBinding());
+XLA_FFI_DEFINE_HANDLER_SYMBOL(TsmmAb, jax_tsmm::TsmmAbImpl, jax_tsmm::AbBinding());
+XLA_FFI_DEFINE_HANDLER_SYMBOL(TsmmAbUpdate, jax_tsmm::TsmmAbUpdateImpl,
+                              jax_tsmm::AbUpdateBinding());
 XLA_FFI_DEFINE_HANDLER_SYMBOL(TsmmStreamRead, jax_tsmm::StreamReadImpl,
                               jax_tsmm::StreamBinding());
 XLA_FFI_DEFINE_HANDLER_SYMBOL(TsmmStreamCopy, jax_tsmm::StreamCopyImpl,

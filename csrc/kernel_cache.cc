@@ -40,7 +40,6 @@ struct Caches {
   std::mutex mutex;
   std::map<std::string, cudaLibrary_t> libraries;  // by path; never unloaded
   std::map<std::pair<std::string, std::string>, KernelEntry> library_kernels;  // (path, name)
-  std::map<int, int> multiprocessors;                  // by device
   std::map<std::pair<const void*, int>, int> shared_limits;  // (function, device) -> bytes
 };
 
@@ -118,24 +117,6 @@ ffi::Error FindKernel(std::string_view library, std::string_view name,
   }
   caches.library_kernels[key] = resolved;
   *entry = resolved;
-  return ffi::Error::Success();
-}
-
-ffi::Error MultiprocessorCount(int device, int* count) {
-  Caches& caches = GetCaches();
-  std::lock_guard<std::mutex> lock(caches.mutex);
-  auto cached = caches.multiprocessors.find(device);
-  if (cached == caches.multiprocessors.end()) {
-    int value = 0;
-    cudaError_t error = cudaDeviceGetAttribute(&value, cudaDevAttrMultiProcessorCount, device);
-    if (error != cudaSuccess) {
-      cudaGetLastError();
-      return ffi::Error::Internal(std::string("jax_tsmm: cudaDeviceGetAttribute failed: ") +
-                                  cudaGetErrorString(error));
-    }
-    cached = caches.multiprocessors.emplace(device, value).first;
-  }
-  *count = cached->second;
   return ffi::Error::Success();
 }
 

@@ -25,9 +25,6 @@ struct KernelEntry {
 xla::ffi::Error FindKernel(std::string_view library, std::string_view name,
                            bool needs_finalize, KernelEntry* entry);
 
-// Streaming multiprocessors of `device`.
-xla::ffi::Error MultiprocessorCount(int device, int* count);
-
 // Lets `function` be launched on `device` with `shared_bytes` of dynamic
 // shared memory, which needs an opt-in above the default 48 KiB.
 cudaError_t AllowDynamicSharedMemory(const void* function, int device,

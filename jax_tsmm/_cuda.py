@@ -1,8 +1,8 @@
-"""The CUDA lowering of both primitives: generated kernels through an XLA FFI call.
+"""The CUDA lowering of the primitives: generated kernels through XLA FFI calls.
 
 Registered for platform "cuda" on the per-shard primitives (``atb_local_p``,
-``ab_local_p``; see ``_sharding``), next to their default lowering; the rules in
-``_primitives`` are untouched. Problems no kernel serves (half precision, empty
+``ab_local_p``, ``ab_update_local_p``; see ``_sharding``), next to their default
+lowering; the rules in ``_primitives`` are untouched. Problems no kernel serves (half precision, empty
 or very wide shapes, a build without CUDA) lower to XLA's dot.
 """
 
@@ -15,9 +15,17 @@ import warnings
 import jax
 import numpy as np
 from jax.interpreters import mlir
+from jaxlib import xla_client
 
 from jax_tsmm import _dispatch, _kernels
-from jax_tsmm._primitives import ab_local_p, ab_update_local_p, ab_xla, atb_local_p, atb_xla
+from jax_tsmm._primitives import (
+    ab_local_p,
+    ab_update_local_p,
+    ab_update_xla,
+    ab_xla,
+    atb_local_p,
+    atb_xla,
+)
 
 DEFAULT_ARCH = "sm_90"
 DEFAULT_MULTIPROCESSORS = 132  # an H100 SXM's, for lowering without a GPU
@@ -33,7 +41,11 @@ def register_targets() -> bool:
         )
         return False
     for name, capsule in ext.registrations().items():
-        jax.ffi.register_ffi_target(name, capsule, platform="CUDA")
+        # Every handler launches the same kernels on caller-owned buffers for given
+        # shapes and attributes, so XLA may capture it into a CUDA graph: inside a
+        # jitted loop the call then costs no trip back to the host.
+        jax.ffi.register_ffi_target(name, capsule, platform="CUDA",
+                                    traits=xla_client.CustomCallTargetTraits.COMMAND_BUFFER_COMPATIBLE)
     return True
 
 
@@ -56,52 +68,81 @@ def multiprocessors() -> int:
         return DEFAULT_MULTIPROCESSORS
 
 
-def _lowering(op: str, target: str, xla_impl):
-    def rule(ctx, x, y, *, conj):
-        x_aval, y_aval = ctx.avals_in
+def grid_k(spec, k: int, batch: int) -> int:
+    """Blocks per batch item along K: enough to fill the GPU ``blocks_per_sm`` deep,
+    but no more than there are chunks of K. Fixed at lowering (with atb's partial
+    sums sized to match), so each call launches the same work."""
+    wanted = math.ceil(multiprocessors() * spec.config.blocks_per_sm / batch)
+    return max(1, min(wanted, math.ceil(k / spec.rows_per_chunk)))
+
+
+def _kernel_call(*operands, spec, out_aval, conj, alpha=1, beta=0):
+    """The FFI call of ``spec``'s kernel; atb's partial sums are a second result,
+    ab's update writes into y's buffer (XLA copies y first unless it is dead)."""
+    del conj  # part of the spec
+    k = operands[0].shape[-2]
+    batch = math.prod(out_aval.shape[:-2])
+    attrs = dict(
+        kernel=spec.name,
+        library=_kernels.library_for(spec, arch()),
+        threads=np.int32(spec.threads),
+        shared_bytes=np.int32(spec.shared_bytes),
+        rows_per_chunk=np.int64(spec.rows_per_chunk),
+        grid_k=np.int64(grid_k(spec, k, batch)),
+        m_panels=np.int32(spec.config.m_panels),
+    )
+    results = [jax.ShapeDtypeStruct(out_aval.shape, out_aval.dtype)]
+    aliases = {}
+    if spec.problem.op == "atb":
+        partials = batch * int(attrs["grid_k"]) * math.prod(out_aval.shape[-2:])
+        results.append(jax.ShapeDtypeStruct((partials if attrs["grid_k"] > 1 else 0,), out_aval.dtype))
+        target = "tsmm_atb"
+    elif spec.problem.update:
+        alpha, beta = complex(alpha), complex(beta)
+        attrs.update(alpha_real=np.float64(alpha.real), alpha_imag=np.float64(alpha.imag),
+                     beta_real=np.float64(beta.real), beta_imag=np.float64(beta.imag))
+        aliases = {2: 0}
+        target = "tsmm_ab_update"
+    else:
+        target = "tsmm_ab"
+    return jax.ffi.ffi_call(target, results, input_output_aliases=aliases)(*operands, **attrs)[0]
+
+
+def _lowering(op: str, xla_impl, *, update: bool = False):
+    def rule(ctx, *operands, conj, **scales):
+        x_aval, y_aval = ctx.avals_in[:2]
         out_aval = ctx.avals_out[0]
         k, m = x_aval.shape[-2:]
         n = y_aval.shape[-1]
-        batch = out_aval.shape[:-2]
+        batch_dims = len(out_aval.shape) - 2
         spec = None
         if math.prod(out_aval.shape) > 0:
-            spec = _dispatch.select(op, x_aval.dtype, m, n, k, len(batch), conj, arch())
+            spec = _dispatch.select(op, x_aval.dtype, m, n, k, batch_dims, conj, arch(), update=update)
         if spec is None or not register_targets():
-            return mlir.lower_fun(xla_impl, multiple_results=False)(ctx, x, y, conj=conj)
-        return jax.ffi.ffi_lowering(target)(
-            ctx, x, y,
-            kernel=spec.name,
-            library=_kernels.library_for(spec, arch()),
-            threads=np.int32(spec.threads),
-            shared_bytes=np.int32(spec.shared_bytes),
-            rows_per_chunk=np.int64(spec.rows_per_chunk),
-            blocks_per_sm=np.int32(spec.config.blocks_per_sm),
-            m_panels=np.int32(spec.config.m_panels),
-        )
+            return mlir.lower_fun(xla_impl, multiple_results=False)(ctx, *operands, conj=conj, **scales)
+        call = functools.partial(_kernel_call, spec=spec, out_aval=out_aval)
+        return mlir.lower_fun(call, multiple_results=False)(ctx, *operands, conj=conj, **scales)
 
     return rule
 
 
+def _ab_update_without_y(a, c, y, *, conj, alpha, beta):
+    """beta == 0: y is not read, so nothing is updated; the ab kernel and a scale."""
+    del y, beta
+    prod = ab_local_p.bind(a, c, conj=conj)  # already per shard
+    return prod if alpha == 1 else (alpha * prod).astype(prod.dtype)
+
+
+def _ab_update_lowering(ctx, a, c, y, *, conj, alpha, beta):
+    if beta == 0:
+        return mlir.lower_fun(_ab_update_without_y, multiple_results=False)(
+            ctx, a, c, y, conj=conj, alpha=alpha, beta=beta)
+    return _fused_ab_update(ctx, a, c, y, conj=conj, alpha=alpha, beta=beta)
+
+
 # On the per-shard twins: under SPMD partitioning each device runs its kernel on
 # its own shards (see _sharding).
-mlir.register_lowering(atb_local_p, _lowering("atb", "tsmm_atb", atb_xla), platform="cuda")
-mlir.register_lowering(ab_local_p, _lowering("ab", "tsmm_ab", ab_xla), platform="cuda")
-
-
-# --- ab_update: beta * y + alpha * op(a) c ---------------------------------------
-# For now the ab kernel followed by XLA's elementwise update: one more read of
-# the (K, N) product and of y than a fused one-pass kernel would need (open).
-
-
-def _ab_update_via_ab(a, c, y, *, conj, alpha, beta):
-    prod = ab_local_p.bind(a, c, conj=conj)  # already per shard
-    if alpha != 1:
-        prod = alpha * prod
-    if beta != 0:
-        prod = prod + (y if beta == 1 else beta * y)
-    return prod.astype(y.dtype)
-
-
-mlir.register_lowering(
-    ab_update_local_p, mlir.lower_fun(_ab_update_via_ab, multiple_results=False), platform="cuda"
-)
+mlir.register_lowering(atb_local_p, _lowering("atb", atb_xla), platform="cuda")
+mlir.register_lowering(ab_local_p, _lowering("ab", ab_xla), platform="cuda")
+_fused_ab_update = _lowering("ab", ab_update_xla, update=True)
+mlir.register_lowering(ab_update_local_p, _ab_update_lowering, platform="cuda")

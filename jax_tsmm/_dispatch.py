@@ -36,7 +36,8 @@ def forced(spec: KernelSpec):
 
 
 def problem_key(problem: Problem) -> str:
-    """Database key; conj is left out, it flips signs and costs the same."""
+    """Database key; conj and update are left out: conj flips signs and costs the
+    same, and the update adds one read of y to the same kernel."""
     return f"{problem.op}:{problem.dtype}:{problem.m}x{problem.n}"
 
 
@@ -51,25 +52,29 @@ def database(arch: str) -> dict:
 
 
 def _tuned(problem: Problem, k: int, arch: str) -> tuple[bool, Config | None]:
-    """(found, config) from the database; config None with found means use XLA."""
-    chosen = None
-    for entry in database(arch).get(problem_key(problem), []):
+    """(found, config) from the database; config None with found means use XLA.
+    The entry of the range holding K serves; below every range, the lowest
+    range's (a measured choice beats the untimed model)."""
+    entries = database(arch).get(problem_key(problem), [])
+    if not entries:
+        return False, None
+    chosen = entries[0]
+    for entry in entries:
         if entry["k_min"] <= k:
             chosen = entry
-    if chosen is None:  # below every tuned range
-        return False, None
     return True, Config(**chosen["config"]) if chosen["config"] else None
 
 
 def select(op: str, dtype, m: int, n: int, k: int, batch_dims: int, conj: bool,
-           arch: str = "sm_90") -> KernelSpec | None:
-    """The kernel for this problem, or None to use XLA's dot."""
+           arch: str = "sm_90", *, update: bool = False) -> KernelSpec | None:
+    """The kernel for this problem, or None to use XLA's dot. ab's fused update
+    (``update``) takes the configuration tuned for plain ab."""
     dtype = np.dtype(dtype).name
     if dtype not in KERNEL_DTYPES or batch_dims > MAX_BATCH_DIMS:
         return None
     if not (1 <= m <= MAX_WIDTH and 1 <= n <= MAX_WIDTH) or k == 0:
         return None
-    problem = Problem(op, dtype, m, n, conj=conj)
+    problem = Problem(op, dtype, m, n, conj=conj, update=update)
     for spec in reversed(_forced):
         if spec.problem == problem:
             return spec

@@ -1,7 +1,8 @@
 """jax_tsmm against XLA's dot on this GPU, as a percentage of the memory/compute roofline.
 
-    python -m jax_tsmm.bench [--dtypes float64,float32] [--ops atb,ab,mtsm] [--widths 1-64]
-                             [--k-sweep] [--json out.json] [--plot out.png]
+    python -m jax_tsmm.bench [--dtypes float64,float32] [--ops atb,ab,ab_update,mtsm]
+                             [--widths 1-64] [--k-sweep] [--model]
+                             [--json out.json] [--plot out.png]
 
 First measures this GPU's ceilings (read-only and copy bandwidth with the
 package's own streaming kernels; FP64/FP32 peak with a large XLA matmul), then
@@ -9,6 +10,11 @@ times every shape for both libraries in one run. Each call streams tall
 matrices of at least 1 GiB (far larger than L2; at most 8 GiB, so the narrower
 is smaller where the widths are more than 8 apart), rotating between two input
 sets; times are medians of several loops timed inside one jitted function.
+``ab_update`` is the fused V - Q C (``ab(q, c, out=v, alpha=-1, beta=1)``)
+against ``v - q @ c``. Each row names the kernel configuration it timed (None:
+dispatch chose XLA's dot); ``--model`` times the model's kernel everywhere,
+ignoring the tuning database, which is how the database is rebuilt
+(``python -m jax_tsmm.tune --from-bench``).
 
 ``--ops mtsm`` adds the large × skinny products (``jax_tsmm.mtsm``, op "mtsm" for
 A X and "mtsm_t" for Aᵀ X): M = K in MTSM_SIZES, N in MTSM_WIDTHS, against
@@ -19,6 +25,8 @@ and X, or the FLOP peak where that binds).
 from __future__ import annotations
 
 import argparse
+import contextlib
+import dataclasses
 import datetime
 import json
 import math
@@ -33,6 +41,7 @@ from jax import lax
 
 import jax_tsmm
 from jax_tsmm import _cuda, _dispatch, _kernels, _mtsm
+from jax_tsmm.codegen import KernelSpec, Problem, default_config
 
 GIB = 1 << 30
 # Rough upper bounds of current GPUs, only to size the timing loops of the ceilings.
@@ -40,25 +49,32 @@ NOMINAL_BANDWIDTH = 5e12
 NOMINAL_FLOPS = 100e12
 MTSM_SIZES = (8192, 16384, 30720)
 MTSM_WIDTHS = (1, 2, 4, 8, 16, 32, 64)
+MTSM_OPS = ("mtsm", "mtsm_t")  # A X and Aᵀ X
 DEFAULT_PAIRS = ((1, 8), (8, 1), (4, 16), (16, 4), (2, 32), (32, 2), (3, 7), (7, 3), (64, 8), (8, 64), (13, 48), (48, 13))
 
 
 # --- timing ------------------------------------------------------------------
 
 
-def _timed_loop(op, operand_sets, reps: int):
+def _timed_loop(op, operand_sets, reps: int, updates_last: bool):
     """A jitted loop calling ``op`` ``reps`` times per operand set. The outputs are
     carried through the loop and returned whole, so XLA must compute every
     element (it cannot narrow a dot to the part that is used), and the
     optimization barrier ties the operands to the carry, so XLA cannot hoist the
-    loop-invariant calls out of the loop; neither costs anything at run time."""
+    loop-invariant calls out of the loop; neither costs anything at run time.
+    With ``updates_last`` the output replaces each set's last operand (an update
+    in place, as V - Q C inside a solver: the old V is dead, nothing is copied)."""
 
     def body(_, carry):
+        if updates_last:
+            return tuple((*o[:-1], op(*o)) for o in lax.optimization_barrier(carry))
         _, sets = lax.optimization_barrier(carry)
         return tuple(op(*operands) for operands in sets), sets
 
     @jax.jit
     def run(sets):
+        if updates_last:
+            return lax.fori_loop(0, reps, body, tuple(sets))
         outs = jax.eval_shape(lambda s: tuple(op(*o) for o in s), sets)
         zeros = tuple(jnp.zeros(o.shape, o.dtype) for o in outs)
         return lax.fori_loop(0, reps, body, (zeros, sets))[0]
@@ -67,12 +83,12 @@ def _timed_loop(op, operand_sets, reps: int):
 
 
 def seconds_per_call(op, operand_sets, expected_seconds: float, *, min_seconds: float = 0.02,
-                     repeats: int = 5) -> float:
+                     repeats: int = 5, updates_last: bool = False) -> float:
     """Median time of one call, from loops of at least ``min_seconds`` at the
     ``expected_seconds`` per call (a lower bound such as the roofline; a slower
     call only lengthens the loop). One compile per measurement."""
     reps = max(1, min(1000, math.ceil(min_seconds / expected_seconds / len(operand_sets))))
-    loop = _timed_loop(op, operand_sets, reps)
+    loop = _timed_loop(op, operand_sets, reps, updates_last)
     jax.block_until_ready(loop())  # compile, warm up
     samples = []
     for _ in range(repeats):
@@ -141,8 +157,10 @@ def roofline_seconds(op: str, dtype, m: int, n: int, k: int, ceilings: dict) -> 
     peak = ceilings["peak_flops"][np.dtype(dtype).name]
     if op == "atb":
         memory = (k * (m + n) + m * n) * itemsize / ceilings["read_bytes_per_s"]
-    else:
+    elif op == "ab":
         memory = (k * (m + n) + m * n) * itemsize / ceilings["copy_bytes_per_s"]
+    else:  # ab_update: reads Q and V, writes V
+        memory = (k * (m + 2 * n) + m * n) * itemsize / ceilings["copy_bytes_per_s"]
     return max(memory, flops / peak)
 
 
@@ -150,20 +168,45 @@ def _operations(op: str):
     highest = lax.Precision.HIGHEST
     if op == "atb":
         return jax_tsmm.atb, lambda a, b: jnp.matmul(a.T, b, precision=highest)
-    return jax_tsmm.ab, lambda a, c: jnp.matmul(a, c, precision=highest)
+    if op == "ab":
+        return jax_tsmm.ab, lambda a, c: jnp.matmul(a, c, precision=highest)
+    return (lambda q, c, v: jax_tsmm.ab(q, c, out=v, alpha=-1, beta=1),
+            lambda q, c, v: v - jnp.matmul(q, c, precision=highest))
 
 
-def bench_shape(op: str, dtype, m: int, n: int, k: int, ceilings: dict) -> dict:
-    keys = jax.random.split(jax.random.key(m * 1000 + n), 4)
-    second = (k, n) if op == "atb" else (m, n)
-    sets = [(_random(keys[2 * i], (k, m), dtype), _random(keys[2 * i + 1], second, dtype)) for i in range(2)]
+def operand_sets(op: str, dtype, m: int, n: int, k: int, seed: int) -> list[tuple]:
+    """Two sets of fresh random operands (the timing loops rotate between them)."""
+    shapes = {"atb": [(k, m), (k, n)], "ab": [(k, m), (m, n)], "ab_update": [(k, m), (m, n), (k, n)]}[op]
+    keys = iter(jax.random.split(jax.random.key(seed), 2 * len(shapes)))
+    return [tuple(_random(next(keys), shape, dtype) for shape in shapes) for _ in range(2)]
+
+
+def timed_kernel(op: str, dtype, m: int, n: int, k: int, model: bool):
+    """The kernel a call of this shape runs (the model's with ``model``, ignoring
+    the tuning database), or None for XLA's dot, and the context to time it in."""
+    kernel_op = "atb" if op == "atb" else "ab"
+    update = op == "ab_update"
+    if model:
+        problem = Problem(kernel_op, np.dtype(dtype).name, m, n, update=update)
+        spec = KernelSpec(problem, default_config(problem))
+        return spec, _dispatch.forced(spec)
+    spec = _dispatch.select(kernel_op, dtype, m, n, k, 0, False, _cuda.arch(), update=update)
+    return spec, contextlib.nullcontext()
+
+
+def bench_shape(op: str, dtype, m: int, n: int, k: int, ceilings: dict, model: bool = False) -> dict:
+    sets = operand_sets(op, dtype, m, n, k, m * 1000 + n)
     ours, xla = _operations(op)
     best = roofline_seconds(op, dtype, m, n, k, ceilings)
-    ours_s = seconds_per_call(ours, sets, best)
-    xla_s = seconds_per_call(xla, sets, best)
+    spec, context = timed_kernel(op, dtype, m, n, k, model)
+    in_place = op == "ab_update"
+    with context:
+        ours_s = seconds_per_call(ours, sets, best, updates_last=in_place)
+    xla_s = seconds_per_call(xla, sets, best, updates_last=in_place)
     del sets
     return {
         "op": op, "dtype": np.dtype(dtype).name, "M": m, "N": n, "K": k,
+        "config": dataclasses.asdict(spec.config) if spec else None,
         "tsmm_s": ours_s, "xla_s": xla_s,
         "tsmm_pct": 100 * best / ours_s, "xla_pct": 100 * best / xla_s,
         "speedup": xla_s / ours_s,
@@ -194,8 +237,8 @@ def _mtsm_operations(transpose_a: bool):
 def mtsm_rows(dtypes, ceilings: dict) -> list[dict]:
     """Every (dtype, M = K, N, transpose_a) of the mtsm grid; one pair of A
     matrices per dtype and size serves both layouts and every N."""
-    specs = [_mtsm.select(d, t, n, False) for d in dtypes for t in (False, True) for n in MTSM_WIDTHS]
-    _kernels.precompile([s for s in specs if s is not None], _cuda.arch())
+    specs = {(d, t, n): _mtsm.select(d, t, n, False) for d in dtypes for t in (False, True) for n in MTSM_WIDTHS}
+    _kernels.precompile([s for s in specs.values() if s is not None], _cuda.arch())
     rows = []
     for dtype in dtypes:
         for size in MTSM_SIZES:
@@ -209,9 +252,12 @@ def mtsm_rows(dtypes, ceilings: dict) -> list[dict]:
                     ours, xla = _mtsm_operations(transpose_a)
                     ours_s = seconds_per_call(ours, sets, best)
                     xla_s = seconds_per_call(xla, sets, best)
+                    spec = specs[dtype, transpose_a, width]
                     row = {
-                        "op": "mtsm_t" if transpose_a else "mtsm", "dtype": np.dtype(dtype).name,
-                        "M": size, "N": width, "K": size, "tsmm_s": ours_s, "xla_s": xla_s,
+                        "op": MTSM_OPS[transpose_a], "dtype": np.dtype(dtype).name,
+                        "M": size, "N": width, "K": size,
+                        "config": dataclasses.asdict(spec.config) if spec else None,
+                        "tsmm_s": ours_s, "xla_s": xla_s,
                         "tsmm_pct": 100 * best / ours_s, "xla_pct": 100 * best / xla_s,
                         "speedup": xla_s / ours_s,
                     }
@@ -221,7 +267,7 @@ def mtsm_rows(dtypes, ceilings: dict) -> list[dict]:
     return rows
 
 
-def k_sweep(ceilings: dict, dtype=jnp.float64, width: int = 8) -> list[dict]:
+def k_sweep(ceilings: dict, dtype=jnp.float64, width: int = 8, model: bool = False) -> list[dict]:
     """Ramp-up with K for atb and ab at M = N = width."""
     rows = []
     for log_k in range(10, 29, 2):
@@ -229,7 +275,7 @@ def k_sweep(ceilings: dict, dtype=jnp.float64, width: int = 8) -> list[dict]:
         if k * width * np.dtype(dtype).itemsize > 4 * GIB:
             break
         for op in ("atb", "ab"):
-            row = bench_shape(op, dtype, width, width, k, ceilings)
+            row = bench_shape(op, dtype, width, width, k, ceilings, model)
             rows.append(row)
             _print_row(row)
     return rows
@@ -287,7 +333,7 @@ def plot(rows: list[dict], path: str, device: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    panels = sorted({(r["op"], r["dtype"]) for r in rows if r["op"] in ("atb", "ab")})
+    panels = sorted({(r["op"], r["dtype"]) for r in rows if r["op"] not in MTSM_OPS})  # M = N plots
     fig, axes = plt.subplots(len(panels), 1, figsize=(8, 3 * len(panels)), squeeze=False)
     for ax, (op, dtype) in zip(axes[:, 0], panels):
         square = sorted((r for r in rows if (r["op"], r["dtype"]) == (op, dtype) and r["M"] == r["N"]),
@@ -297,7 +343,7 @@ def plot(rows: list[dict], path: str, device: str) -> None:
         ax.plot(widths, [r["xla_pct"] for r in square], "s-", ms=3, label="XLA dot")
         ax.set_ylim(0, 110)
         ax.axhline(90, color="gray", lw=0.5, ls="--")
-        ax.set_title(f"{'Aᵀ B' if op == 'atb' else 'A C'} {dtype}, M = N")
+        ax.set_title(f"{ {'atb': 'Aᵀ B', 'ab': 'A C', 'ab_update': 'V − Q C'}[op]} {dtype}, M = N")
         ax.set_xlabel("M = N")
         ax.set_ylabel("% of roofline")
         ax.legend()
@@ -321,6 +367,8 @@ def main(argv=None) -> None:
     parser.add_argument("--widths", default="1-64", help="M = N values, e.g. 1-64 or 1,2,8")
     parser.add_argument("--no-pairs", action="store_true", help="skip the M != N pairs")
     parser.add_argument("--k-sweep", action="store_true", help="add the ramp-up with K")
+    parser.add_argument("--model", action="store_true",
+                        help="time the model's kernels, ignoring the tuning database")
     parser.add_argument("--json", default="bench.json")
     parser.add_argument("--plot", default="bench.png")
     args = parser.parse_args(argv)
@@ -340,17 +388,17 @@ def main(argv=None) -> None:
         flush=True,
     )
     problems = [(op, d, m, n) for d in dtypes for op in ops if op != "mtsm" for m, n in shapes]
-    specs = [_dispatch.select(op, d, m, n, problem_rows(m, n, d), 0, False, _cuda.arch()) for op, d, m, n in problems]
+    specs = [timed_kernel(op, d, m, n, problem_rows(m, n, d), args.model)[0] for op, d, m, n in problems]
     _kernels.precompile([s for s in specs if s is not None], _cuda.arch())
     rows = []
     for index, (op, dtype, m, n) in enumerate(problems):
-        row = bench_shape(op, dtype, m, n, problem_rows(m, n, dtype), ceilings)
+        row = bench_shape(op, dtype, m, n, problem_rows(m, n, dtype), ceilings, args.model)
         rows.append(row)
         print(f"[{index + 1}/{len(problems)}] ", end="")
         _print_row(row)
     if "mtsm" in ops:
         rows += mtsm_rows(dtypes, ceilings)
-    sweep = k_sweep(ceilings) if args.k_sweep else []
+    sweep = k_sweep(ceilings, model=args.model) if args.k_sweep else []
     report = {
         "device": device.device_kind, "date": str(datetime.date.today()), "jax": jax.__version__,
         "ceilings": ceilings, "rows": rows, "k_sweep": sweep,
@@ -359,7 +407,7 @@ def main(argv=None) -> None:
         json.dump(report, f, indent=1)
     with open(args.json.removesuffix(".json") + ".md", "w") as f:
         f.write(markdown(report))
-    if any(r["op"] in ("atb", "ab") for r in rows):
+    if any(r["op"] not in MTSM_OPS for r in rows):
         plot(rows, args.plot, f"{device.device_kind} ({datetime.date.today()})")
     if rows:
         print(summary(rows))

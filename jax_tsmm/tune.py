@@ -11,10 +11,10 @@ The winner goes into ``jax_tsmm/tuning/<arch>.json`` with its time, its % of
 roofline and XLA's time; where XLA wins, the entry says so and dispatch uses
 XLA. Finished problems are kept, so an interrupted run resumes.
 
-``--from-bench`` records the measurements of ``python -m jax_tsmm.bench`` runs
-(the model's kernel against XLA on the same inputs, its K-sweep too) as
-one-candidate entries for problems the tuner has not covered, so that dispatch
-falls back to XLA wherever XLA measured faster.
+``--from-bench`` records the measurements of ``python -m jax_tsmm.bench --model``
+runs (the model's kernel against XLA on the same inputs, its K-sweep too) as
+one-candidate entries for problems the tuner has not covered, replacing older
+bench entries, so that dispatch falls back to XLA wherever XLA measured faster.
 """
 
 from __future__ import annotations
@@ -71,19 +71,20 @@ def tune_problem(problem: Problem, ceilings: dict, limit: int, arch: str) -> lis
 
 
 def entries_from_bench(reports: list[dict]) -> dict[str, list[dict]]:
-    """One-candidate entries (the model's configuration against XLA) from bench
-    reports: the main rows stand for the largest K range, the K-sweep rows for
-    K ranges of their own."""
+    """One-candidate entries (the timed kernel against XLA) from bench reports:
+    the main rows stand for the largest K range, the K-sweep rows for K ranges
+    of their own. Only rows that timed a kernel count (``bench --model`` times
+    one everywhere); ab_update rows are left out, ab's entries serve it."""
     measured = {}
     rows = [(K_RANGES[-1][0], row, report) for report in reports for row in report["rows"]]
     rows += [(row["K"], row, report) for report in reports for row in report.get("k_sweep", [])]
     for k_min, row, report in rows:
+        if row["op"] not in ("atb", "ab") or row.get("config") is None:
+            continue
         problem = Problem(row["op"], row["dtype"], row["M"], row["N"])
-        spec = _dispatch.select(problem.op, problem.dtype, problem.m, problem.n, row["K"], 0, False)
-        wins = spec is not None and row["tsmm_s"] < row["xla_s"]
         measured.setdefault(_dispatch.problem_key(problem), {})[k_min] = {
             "k_min": k_min, "k_tuned": row["K"],
-            "config": dataclasses.asdict(spec.config) if wins else None,
+            "config": row["config"] if row["tsmm_s"] < row["xla_s"] else None,
             "tsmm_s": row["tsmm_s"], "tsmm_pct": row["tsmm_pct"],
             "xla_s": row["xla_s"], "xla_pct": row["xla_pct"],
             "candidates": 1, "source": f"bench {report['device']} {report['date']}",
@@ -112,7 +113,9 @@ def main(argv=None) -> None:
         db = json.loads(path.read_text()) if path.exists() else {"entries": {}}
         reports = [json.loads(p.read_text()) for p in args.from_bench]
         for key, entries in entries_from_bench(reports).items():
-            db["entries"].setdefault(key, entries)  # tuned entries stay
+            old = db["entries"].get(key, [])
+            if all(entry.get("source", "").startswith("bench") for entry in old):  # tuned entries stay
+                db["entries"][key] = entries
         _save(path, db)
         return
     jax.config.update("jax_enable_x64", True)

@@ -4,8 +4,9 @@
 #
 #   scripts/device_run.sh tests sanitize "bench --dtypes float64 --widths 1-64"
 #
-# Steps: tests (pytest -m gpu), suite (the whole pytest suite on the GPU),
-# sanitize (compute-sanitizer on a kernel sample), bench ARGS, tune ARGS.
+# Steps: tests [ARGS] (pytest -m gpu), suite (the whole pytest suite on the GPU),
+# sanitize (compute-sanitizer on a kernel sample), bench ARGS (repeatable),
+# tune ARGS.
 set -uo pipefail
 OUT=${OUT:-/tmp/jax_tsmm_out}
 mkdir -p "$OUT"
@@ -25,17 +26,22 @@ step() {  # step NAME COMMAND...: run with a log, record status and seconds
 
 nvidia-smi --query-gpu=name,memory.total,clocks.max.sm,driver_version --format=csv,noheader >> "$summary"
 step build python3 -m pip install --no-build-isolation --no-deps -v -e . || { tail -40 "$OUT/build.log"; cat "$summary"; exit 1; }
+benches=0
 for item in "$@"; do
   read -r name args <<< "$item"
   case $name in
-    tests) step tests python3 -m pytest -m gpu -q --maxfail=25 -p no:cacheprovider --junitxml="$OUT/tests.xml" ;;
+    tests) step tests python3 -m pytest -m gpu -q --maxfail=25 -p no:cacheprovider --junitxml="$OUT/tests.xml" $args ;;
     suite) step suite python3 -m pytest -q -p no:cacheprovider ;;
     sanitize) step sanitize scripts/sanitize.sh ;;
-    bench) step bench python3 -m jax_tsmm.bench $args --json "$OUT/bench.json" --plot "$OUT/bench.png" ;;
+    bench)  # bench, bench2, ...: one JSON, Markdown and PNG each
+      benches=$((benches + 1)); [ $benches -gt 1 ] && name=bench$benches
+      step $name python3 -m jax_tsmm.bench $args --json "$OUT/$name.json" --plot "$OUT/$name.png" ;;
     tune) step tune python3 -m jax_tsmm.tune $args; cp jax_tsmm/tuning/*.json "$OUT/" ;;
-    *) echo "unknown step $name" >> "$summary" ;;
+    *) echo "unknown step $name" >> "$summary"; continue ;;
   esac
   tail -25 "$OUT/$name.log"
 done
+# The device tool returns at most 8 files: logs, tables and plots travel in one archive.
+(cd "$OUT" && tar czf logs.tgz --remove-files $(ls | grep -v -e '\.json$' -e '^summary.txt$'))
 echo "=== summary"
 cat "$summary"

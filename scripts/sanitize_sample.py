@@ -1,6 +1,8 @@
 """A sample of kernels for compute-sanitizer: each op and dtype, odd and even
-shapes, ragged K, broadcast batches. Checks results too, so a run that passes
-the sanitizer but computes garbage still fails."""
+shapes, ragged K, broadcast batches, the tensor-core paths and the fused
+update. Checks results too, so a run that passes the sanitizer but computes
+garbage still fails. Dispatch follows the model (no tuning database), so every
+case runs a kernel."""
 
 import itertools
 
@@ -8,8 +10,10 @@ import jax
 import numpy as np
 
 import jax_tsmm
+from jax_tsmm import _dispatch
 
 jax.config.update("jax_enable_x64", True)
+_dispatch.database = lambda arch: {}
 rng = np.random.default_rng()
 
 
@@ -26,7 +30,13 @@ CASES = list(zip(
     itertools.cycle([1001, 33, 4099]),
 )) + [
     (("atb", "float64"), (24, 20), 1003),  # FP64 tensor cores
+    (("atb", "float64"), (40, 37), 1003),  # FP64 tensor cores, least-waste warp tiles
+    (("ab", "float64"), (37, 29), 1003),  # FP64 tensor cores, C in registers
+    (("ab", "float64"), (64, 64), 1003),  # ... and paired 16-byte stores
     (("atb", "complex128"), (100, 90), 37),  # result split into panels
+    (("ab_update", "float64"), (8, 16), 1001),  # fused update
+    (("ab_update", "complex64"), (5, 7), 4099),
+    (("ab_update", "float64"), (24, 30), 33),  # fused update on the tensor cores
 ]
 for (op, dtype), (m, n), k in CASES:
     a = random((2, k, m), dtype)
@@ -34,9 +44,13 @@ for (op, dtype), (m, n), k in CASES:
     if op == "atb":
         got = jax_tsmm.atb(a, b, conj=True)
         want = np.conj(a).swapaxes(-1, -2) @ b
-    else:
+    elif op == "ab":
         got = jax_tsmm.ab(a, b)
         want = a @ b
+    else:
+        y = random((2, k, n), dtype)
+        got = jax_tsmm.ab(a, b, out=y, alpha=-1, beta=0.5)
+        want = 0.5 * y - a @ b
     err = np.abs(np.asarray(got) - want).max() / np.abs(want).max()
     print(f"{op} {dtype} {m}x{n} K={k}: relative error {err:.1e}", flush=True)
     assert err < 1e-4, err

@@ -71,3 +71,14 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip_gpu)
         if skip_nvcc is not None and "nvcc" in item.keywords:
             item.add_marker(skip_nvcc)
+
+
+@pytest.fixture(scope="module")
+def model_kernels():
+    """Dispatch by the generator's model alone (an empty tuning database), so every
+    shape a test names reaches its kernel whatever the shipped database prefers."""
+    from jax_tsmm import _dispatch
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(_dispatch, "database", lambda arch: {})
+        yield

@@ -36,6 +36,10 @@ def _sample_specs() -> list[KernelSpec]:
         (Problem("atb", "float64", 9, 6), Config(tile_m=2, tile_n=3, row_groups=16, rows_per_stage=32, padded=True, m_panels=2)),
         (Problem("atb", "complex128", 100, 90), default_config(Problem("atb", "complex128", 100, 90))),
         (Problem("atb", "float64", 30, 9), Config(tile_m=1, tile_n=2, mapping="blocked", row_groups=2, rows_per_stage=24, stages=2, mma=True)),
+        (Problem("ab", "complex64", 6, 5, update=True), Config(tile_m=2, tile_n=2, row_groups=16, rows_per_stage=64, stages=3, c_source="global")),
+        (Problem("ab", "float32", 16, 16, update=True), default_config(Problem("ab", "float32", 16, 16, update=True))),
+        (Problem("ab", "float64", 37, 29, update=True), Config(tile_m=1, tile_n=2, row_groups=4, rows_per_stage=64, c_source="global", mma=True)),
+        (Problem("ab", "float64", 64, 40), Config(tile_m=4, tile_n=1, row_groups=2, rows_per_stage=128, stages=2, c_source="global", mma=True)),
     ]
     return specs + [KernelSpec(p, c) for p, c in variants]
 
@@ -76,9 +80,21 @@ def test_invalid_specs_are_rejected_with_a_reason(change, reason):
 
 def test_bad_problems_are_rejected():
     for problem in (Problem("atc", "float64", 4, 4), Problem("atb", "int32", 4, 4),
-                    Problem("atb", "float64", 0, 4), Problem("atb", "float64", 4, 4, conj=True)):
+                    Problem("atb", "float64", 0, 4), Problem("atb", "float64", 4, 4, conj=True),
+                    Problem("atb", "float64", 4, 4, update=True)):
         with pytest.raises(InvalidSpec):
             validate(KernelSpec(problem, Config()))
+
+
+def test_tensor_cores_serve_float64_only():
+    for problem, config in (
+        (Problem("ab", "float32", 32, 32), Config(tile_m=1, tile_n=2, row_groups=4, c_source="global", mma=True)),
+        (Problem("ab", "float64", 32, 32), Config(tile_m=1, tile_n=2, row_groups=4, c_source="shared", mma=True)),
+    ):
+        with pytest.raises(InvalidSpec, match="mma"):
+            validate(KernelSpec(problem, config))
+    assert default_config(Problem("ab", "float64", 32, 32)).mma
+    assert not default_config(Problem("ab", "float32", 32, 32)).mma
 
 
 def test_names_identify_the_source():

@@ -5,7 +5,9 @@ surface as Python errors."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -17,7 +19,10 @@ import pytest
 import jax_tsmm
 from jax_tsmm import _kernels
 
-pytestmark = pytest.mark.skipif(_kernels.extension() is None, reason="package built without CUDA")
+pytestmark = [
+    pytest.mark.skipif(_kernels.extension() is None, reason="package built without CUDA"),
+    pytest.mark.usefixtures("model_kernels"),  # each shape here reaches its kernel
+]
 
 
 def cuda_hlo(fn, *args) -> str:
@@ -29,6 +34,25 @@ def test_kernels_lower_to_ffi_calls():
     c = jnp.ones((8, 8))
     assert "tsmm_atb" in cuda_hlo(jax_tsmm.atb, a, a)
     assert "tsmm_ab" in cuda_hlo(jax_tsmm.ab, a, c)
+
+
+def test_ab_update_lowers_to_one_fused_call():
+    """V - Q C: one custom call that aliases its result to V (no separate update);
+    with beta = 0 V is not read and plain ab serves."""
+    q, c, v = jnp.ones((1000, 8)), jnp.ones((8, 4)), jnp.ones((1000, 4))
+    hlo = cuda_hlo(lambda q, c, v: jax_tsmm.ab(q, c, out=v, alpha=-1, beta=1), q, c, v)
+    assert hlo.count("stablehlo.custom_call") == 1 and "@tsmm_ab_update" in hlo
+    assert "output_operand_aliases" in hlo and "operand_index = 2" in hlo
+    hlo = cuda_hlo(lambda q, c, v: jax_tsmm.ab(q, c, out=v, alpha=2), q, c, v)
+    assert "@tsmm_ab(" in hlo and "@tsmm_ab_update" not in hlo
+
+
+def test_atb_partials_are_a_second_result():
+    """The launch grid is fixed at lowering and atb's partial sums are an XLA
+    buffer: nothing is allocated during the call (CUDA-graph safe)."""
+    hlo = cuda_hlo(jax_tsmm.atb, jnp.ones((100_000, 7)), jnp.ones((100_000, 9)))
+    assert "@tsmm_atb" in hlo and "grid_k = " in hlo
+    assert re.search(r"-> \(tensor<7x9xf64>, tensor<[1-9][0-9]*xf64>\)", hlo)
 
 
 def test_grad_lowers_to_both_kernels():
@@ -100,17 +124,20 @@ def test_broken_compiler_is_a_python_error(tmp_path):
     assert "tsmm_atb_float32_m29_n31" in result.stderr  # the kernel is named
 
 
-def test_dispatch_follows_the_tuning_database():
-    """Where the database says XLA measured faster (by K range), the call lowers to
-    XLA's dot; below every tuned range the model's kernel serves."""
+def test_dispatch_follows_the_tuning_database(monkeypatch):
+    """The entry of the K range holding K serves (XLA's dot where the tuner
+    measured XLA faster); below every range, the lowest range's entry."""
     from jax_tsmm import _dispatch
+    from jax_tsmm.codegen import Problem, default_config
 
-    entries = _dispatch.database("sm_90")
-    key, ranges = next((k, v) for k, v in entries.items() if v[-1]["config"] is None and k.startswith("atb:float64"))
-    m, n = map(int, key.rsplit(":", 1)[1].split("x"))
-    large = jax.ShapeDtypeStruct((ranges[-1]["k_min"], m), jnp.float64)
-    other = jax.ShapeDtypeStruct((ranges[-1]["k_min"], n), jnp.float64)
-    assert "tsmm_atb" not in cuda_hlo(jax_tsmm.atb, large, other)
-    small = jax.ShapeDtypeStruct((min(r["k_min"] for r in ranges) - 1, m), jnp.float64)
-    small_other = jax.ShapeDtypeStruct((small.shape[0], n), jnp.float64)
-    assert "tsmm_atb" in cuda_hlo(jax_tsmm.atb, small, small_other)
+    config = dataclasses.asdict(default_config(Problem("atb", "float64", 7, 5)))
+    entries = {"atb:float64:7x5": [{"k_min": 1000, "config": config}, {"k_min": 100_000, "config": None}]}
+    monkeypatch.setattr(_dispatch, "database", lambda arch: entries)
+
+    def lowers_to_kernel(k):
+        x, y = jax.ShapeDtypeStruct((k, 7), jnp.float64), jax.ShapeDtypeStruct((k, 5), jnp.float64)
+        return "tsmm_atb" in cuda_hlo(jax_tsmm.atb, x, y)
+
+    assert lowers_to_kernel(10) and lowers_to_kernel(5000)
+    assert not lowers_to_kernel(100_000) and not lowers_to_kernel(10**6)
+

@@ -1,5 +1,9 @@
 """The CUDA path on a GPU: generated kernels against the float64/complex128 reference.
 
+Dispatch follows the model here (``model_kernels``), so each case reaches the
+kernel it names; ``test_tuned_kernels`` runs every kernel the shipped tuning
+database chooses.
+
 Run with ``python -m pytest -m gpu``; skipped where no GPU is present. Every
 check draws fresh random inputs and poisons the allocator's free memory with
 NaN first, so an output element the kernel fails to write shows up as NaN.
@@ -8,6 +12,7 @@ NaN first, so an output element the kernel fails to write shows up as NaN.
 from __future__ import annotations
 
 import itertools
+import json
 
 import jax
 import jax.numpy as jnp
@@ -15,11 +20,13 @@ import numpy as np
 import pytest
 
 import jax_tsmm
+import jax_tsmm.linalg
 from jax_tsmm import _cuda, _dispatch, _kernels
 from jax_tsmm.codegen import Config, KernelSpec, Problem
-from reference import assert_close, random_operand
+from jax import lax
+from reference import ab_ref, assert_close, magnitude, random_operand, to_wide, unit_roundoff
 
-pytestmark = pytest.mark.gpu
+pytestmark = [pytest.mark.gpu, pytest.mark.usefixtures("model_kernels")]
 
 DTYPES = ("float32", "float64", "complex64", "complex128")
 SMALL_K = (1, 31, 32, 33, 1000, 4099)
@@ -70,7 +77,7 @@ WIDE_CASES = [  # 17..128, primes included
 
 
 @pytest.fixture(scope="module", autouse=True)
-def compiled_kernels():
+def compiled_kernels(model_kernels):
     """Compile every kernel the cases need in parallel before the first case runs."""
     specs = [
         _dispatch.select(op, dtype, m, n, k, 0, conj, _cuda.arch())
@@ -207,3 +214,102 @@ def test_tensor_core_path(k):
     assert_close(run("atb", a, b), a, b, op="atb")
     first = np.asarray(run("atb", a, b))
     assert np.array_equal(np.asarray(run("atb", a, b)), first)
+
+
+@pytest.mark.parametrize("m, n", [(64, 64), (37, 29), (17, 100), (128, 128)])
+@pytest.mark.parametrize("k", [1, 33, 1000, 10**6 + 7])
+def test_tensor_core_path_ab(m, n, k):
+    """float64 ab wider than 16x16 runs on the FP64 tensor cores (DMMA), C in registers."""
+    rng = np.random.default_rng()
+    assert _dispatch.select("ab", "float64", m, n, k, 1, False, _cuda.arch()).config.mma
+    a, c = operands(rng, "ab", "float64", k, m, n, (2,), (1,))
+    assert_close(run("ab", a, c), a, c, op="ab")
+
+
+# --- ab's fused update: beta * y + alpha * A C in one pass ---------------------------
+
+UPDATE_CASES = [  # dtype, M, N, alpha, beta, batch of a and y
+    ("float64", 8, 16, -1, 1, ()),
+    ("float64", 64, 64, -1, 1, ()),
+    ("float32", 5, 7, 2.5, -0.5, (3,)),
+    ("complex128", 3, 9, 1 - 2j, 0.5j, ()),
+    ("complex64", 16, 16, -1, 1, (2,)),
+]
+
+
+@pytest.mark.parametrize("k", [1, 1000, 100_003])
+@pytest.mark.parametrize("dtype, m, n, alpha, beta, batch", UPDATE_CASES)
+def test_fused_update(dtype, m, n, alpha, beta, batch, k):
+    rng = np.random.default_rng()
+    a = random_operand(rng, batch + (k, m), dtype)
+    c = random_operand(rng, (m, n), dtype)
+    y = random_operand(rng, batch + (k, n), dtype)
+    assert _dispatch.select("ab", dtype, m, n, k, len(batch), False, _cuda.arch(), update=True) is not None
+    poison(y.nbytes)
+    got = jax.jit(lambda a, c, y: jax_tsmm.ab(a, c, out=y, alpha=alpha, beta=beta))(a, c, y)
+    want = alpha * ab_ref(a, c) + beta * to_wide(y)
+    bound = 16 * unit_roundoff(dtype) * (abs(alpha) * magnitude("ab", a, c) + abs(beta) * np.abs(to_wide(y)))
+    assert np.all(np.abs(to_wide(got) - want) <= bound + 1e-30)
+
+
+def test_fused_update_is_one_pass_in_place():
+    """V - Q C with V donated: the compiled program is the one custom call, which
+    writes into V's buffer (no copy of V, no elementwise pass over it)."""
+    rng = np.random.default_rng()
+    k, m, n = 1 << 20, 8, 16
+    q = jnp.asarray(random_operand(rng, (k, m), "float64"))
+    c = jnp.asarray(random_operand(rng, (m, n), "float64"))
+    v = jnp.asarray(random_operand(rng, (k, n), "float64"))
+    want = to_wide(v) - ab_ref(q, c)
+    update = jax.jit(lambda q, c, v: jax_tsmm.ab(q, c, out=v, alpha=-1, beta=1), donate_argnums=2)
+    compiled = update.lower(q, c, v).compile().as_text()
+    touching_v = [line for line in compiled.splitlines()
+                  if f"[{k},{n}]" in line and " = " in line and "parameter(" not in line]
+    assert len(touching_v) == 1 and "tsmm_ab_update" in touching_v[0], touching_v
+    v_buffer = v.unsafe_buffer_pointer()
+    got = update(q, c, v)
+    assert got.unsafe_buffer_pointer() == v_buffer
+    np.testing.assert_allclose(np.asarray(got), want, rtol=0, atol=1e-12 * np.abs(want).max())
+    projected = jax.jit(jax_tsmm.linalg.project_out).lower(q, got).compile().as_text()
+    assert "tsmm_ab_update" in projected and '"tsmm_ab"' not in projected
+
+
+def test_calls_inside_a_jitted_loop():
+    """Kernels inside fori_loop, first called there: XLA may capture the calls into
+    a CUDA graph (the handlers are command-buffer compatible); every iteration
+    must still compute the product."""
+    rng = np.random.default_rng()
+    a, b = operands(rng, "atb", "float32", 4099, 19, 21)
+    c = random_operand(rng, (19, 21), "float32")
+
+    def body(_, carry):
+        x, y, z = lax.optimization_barrier((a, b, c))  # no hoisting out of the loop
+        return carry[0] + jax_tsmm.atb(x, y), carry[1] + jax_tsmm.ab(x, z)
+
+    zeros = (jnp.zeros((19, 21), jnp.float32), jnp.zeros((4099, 21), jnp.float32))
+    gram, prod = jax.jit(lambda: lax.fori_loop(0, 4, body, zeros))()
+    assert_close(np.asarray(gram) / 4, a, b, op="atb")
+    assert_close(np.asarray(prod) / 4, a, c, op="ab")
+
+
+def test_tuned_kernels():
+    """Every kernel configuration the shipped tuning database chooses, on fresh
+    random operands of an odd K inside its range's reach."""
+    database = json.loads((_dispatch.TUNING_DIR / f"{_cuda.arch()}.json").read_text())["entries"]
+    specs = []
+    for key, entries in database.items():
+        op, dtype, shape = key.split(":")
+        m, n = map(int, shape.split("x"))
+        for entry in entries:
+            if entry["config"] is not None:
+                specs.append(KernelSpec(Problem(op, dtype, m, n), Config(**entry["config"])))
+    specs = list(dict.fromkeys(specs))
+    _kernels.precompile(specs, _cuda.arch())
+    rng = np.random.default_rng()
+    for spec in specs:
+        p = spec.problem
+        k = 3 * spec.rows_per_chunk + 5
+        a, b = operands(rng, p.op, p.dtype, k, p.m, p.n)
+        with _dispatch.forced(spec):
+            out = run(p.op, a, b)
+        assert_close(out, a, b, op=p.op, err_msg=spec.name)
