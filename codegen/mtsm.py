@@ -851,12 +851,14 @@ def _finalize(spec: MtsmSpec, ar: _Arith) -> list[str]:
     e, n = ar.elem, spec.problem.n
     return [
         "// Second stage of the deterministic split-K reduction: each output element",
-        "// adds the main launch's args.splits partials in split order.",
-        "const long long total = args.batch * args.m * " + str(n) + ";",
+        "// adds the main launch's args.splits partials in split order. Unrolled, so",
+        "// that several independent loads are in flight ahead of the additions.",
+        f"const long long total = args.batch * args.m * {n};",
         "const long long idx = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x;",
         "if (idx >= total) return;",
-        f"const {e}* partial = static_cast<const {e}*>(args.partials) + idx;",
+        f"const {e}* __restrict__ partial = static_cast<const {e}*>(args.partials) + idx;",
         f"{e} sum = partial[0];",
+        "#pragma unroll 8",
         f"for (long long s = 1; s < args.splits; ++s) sum = {ar.add('sum', 'partial[s * total]')};",
         f"static_cast<{e}*>(args.out)[idx] = sum;",
     ]
