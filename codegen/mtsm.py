@@ -29,7 +29,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import hashlib
-import math
 import pathlib
 from dataclasses import dataclass
 
@@ -294,7 +293,6 @@ def validate(spec: MtsmSpec) -> None:
 
 # --- the model's default configuration ---------------------------------------------
 
-ACCUMULATOR_WORDS = 64  # registers of accumulators per thread: two blocks of 256 threads fit
 TARGET_THREADS = 256
 STAGE_BYTES = 32 * 1024  # 3 stages x 2 blocks in flight per SM cover DRAM latency
 ROW_SEGMENT_BYTES = 256  # transpose_a=False: bytes of each row of A per chunk (whole DRAM bursts)
@@ -306,9 +304,9 @@ MMA_MIN_UTILIZATION = 0.5
 
 
 def default_config(problem: MtsmProblem) -> MtsmConfig:
-    """A valid configuration from the model: ~64 accumulator registers per thread,
-    256 threads, 32 KiB stages, 3 stages, 2 blocks per SM; stages shrink to fit."""
-    words = problem.words
+    """A valid configuration from the model: register tiles within the budget of
+    two resident blocks of 256 threads, 32 KiB stages, 3 stages; stages shrink to fit.
+    float64 widths that would keep the FMA units busy run on DMMA instead."""
     if problem.dtype == "float64" and fma_utilization(problem) > MMA_MIN_UTILIZATION:
         config = _mma_config(problem)
     elif problem.transpose_a:
@@ -632,7 +630,7 @@ def _emit_transposed(spec: MtsmSpec, ar: _Arith) -> list[str]:
         f"for (int v = tid; v < rows * {w // vec}; v += {t}) {{",
         f"  const int r = v / {w // vec};",
         f"  const int col = (v - r * {w // vec}) * {vec};",
-        f"  const long long gcol = strip0 + col;",
+        "  const long long gcol = strip0 + col;",
         f"  const {e}* src = a + (k0 + r) * args.m + gcol;",
         f"  if (a_vectors && gcol + {vec} <= args.m) tsmm_cp_async_16(sa + r * {w} + col, src);",
         "  else {",
