@@ -1,13 +1,14 @@
 """MTSM kernels: a large dense A (M and K long) times a tall & skinny X (K, N).
 
-Two kernel families, one per layout of A (row-major, batch items contiguous):
+Kernels for both layouts of A (row-major, batch items contiguous):
 
 ``transpose_a=True``, out = op(A)ᵀ X with A (K, M): a wide "atb". A block owns a
-strip of ``strip_width`` columns of A (rows of out) and streams down the rows of
-A; each thread owns ``cols_per_thread`` consecutive columns × ``tile_n`` columns
-of X as register accumulators (TSM2R's outer-product formulation). The rows of
-the strip and the matching rows of X go through a ring of shared-memory stages
-(cp.async), X rows are read as broadcasts.
+strip of ``block_rows`` columns of A (rows of out) and streams down the rows of
+A; each thread owns ``rows_per_thread`` consecutive columns (one 16-byte
+vector) × ``tile_n`` columns of X as register accumulators (TSM2R's
+outer-product formulation). The rows of the strip and the matching rows of X go
+through a ring of shared-memory stages (cp.async); X rows are read as
+broadcasts.
 
 ``transpose_a=False``, out = op(A) X with A (M, K): a block owns ``block_rows``
 rows of A and streams along K in chunks; the A tile and the matching rows of X
@@ -17,7 +18,11 @@ broadcasts; the warps of a block split the chunk's K range (``k_groups``) and
 the columns of X (``n_groups``), then add their partial sums in shared memory
 in a fixed order.
 
-Both: when rows/strips alone give too few blocks for the GPU, K is split over
+``mma`` (float64 only, either layout): the same staging, with the products on
+the FP64 tensor cores (mma.sync m8n8k4), for the widths that would bind the
+FMA units.
+
+All: when rows/strips alone give too few blocks for the GPU, K is split over
 ``gridDim.y`` (decided by the lowering); each split writes its partial result
 and ``<name>_finalize`` adds the splits in a fixed order (deterministic, no
 atomics). ``gridDim.z`` is the batch item. M and K are run-time values, so one
