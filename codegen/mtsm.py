@@ -509,7 +509,7 @@ def _prologue(spec: MtsmSpec, ar: _Arith) -> list[str]:
     e = ar.elem
     return [
         "// Work split: blockIdx.x = block of out's rows, blockIdx.y = split of K,",
-        "// blockIdx.z = batch item. Split y covers chunks [chunk_begin, chunk_end).",
+        "// blockIdx.z = batch item. Split y covers chunks chunk_begin .. + chunks_per_split.",
         "const long long item = blockIdx.z;",
         f"const {e}* __restrict__ a = static_cast<const {e}*>(args.a) + item * args.a_batch_stride;",
         f"const {e}* __restrict__ x = static_cast<const {e}*>(args.x) + item * args.x_batch_stride;",
