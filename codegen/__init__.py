@@ -3,16 +3,22 @@
 from .abi import header
 from .emit import kernel_source, module_source
 from .model import default_config
+from .mtsm import MtsmConfig, MtsmProblem, MtsmSpec
+from .mtsm import module_source as mtsm_module_source
 from .spec import Config, InvalidSpec, KernelSpec, Problem, validate
 
 __all__ = [
     "Config",
     "InvalidSpec",
     "KernelSpec",
+    "MtsmConfig",
+    "MtsmProblem",
+    "MtsmSpec",
     "Problem",
     "default_config",
     "header",
     "kernel_source",
     "module_source",
+    "mtsm_module_source",
     "validate",
 ]

@@ -7,6 +7,7 @@ extern "C" {
 XLA_FFI_Error* TsmmAtb(XLA_FFI_CallFrame* call_frame);
 XLA_FFI_Error* TsmmAb(XLA_FFI_CallFrame* call_frame);
 XLA_FFI_Error* TsmmAbUpdate(XLA_FFI_CallFrame* call_frame);
+XLA_FFI_Error* TsmmMtsm(XLA_FFI_CallFrame* call_frame);
 XLA_FFI_Error* TsmmStreamRead(XLA_FFI_CallFrame* call_frame);
 XLA_FFI_Error* TsmmStreamCopy(XLA_FFI_CallFrame* call_frame);
 }

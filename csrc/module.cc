@@ -27,6 +27,7 @@ NB_MODULE(_tsmm_cuda, m) {
         handlers["tsmm_atb"] = HandlerCapsule(TsmmAtb);
         handlers["tsmm_ab"] = HandlerCapsule(TsmmAb);
         handlers["tsmm_ab_update"] = HandlerCapsule(TsmmAbUpdate);
+        handlers["tsmm_mtsm"] = HandlerCapsule(TsmmMtsm);
         handlers["tsmm_stream_read"] = HandlerCapsule(TsmmStreamRead);
         handlers["tsmm_stream_copy"] = HandlerCapsule(TsmmStreamCopy);
         return handlers;

@@ -16,7 +16,7 @@ import subprocess
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
 
-from jax_tsmm.codegen import KernelSpec, module_source
+from jax_tsmm.codegen import KernelSpec, MtsmSpec, module_source, mtsm_module_source
 
 
 class KernelBuildError(RuntimeError):
@@ -66,7 +66,7 @@ def compiler_version() -> str:
     return subprocess.run([nvcc(), "--version"], capture_output=True, text=True, check=True).stdout
 
 
-def library_for(spec: KernelSpec, arch: str) -> str:
+def library_for(spec: KernelSpec | MtsmSpec, arch: str) -> str:
     """Path of a cubin holding ``spec``'s kernels for ``arch`` (e.g. "sm_90"), or ""
     when the extension has them built in."""
     if spec.name in prebuilt_names():
@@ -74,9 +74,10 @@ def library_for(spec: KernelSpec, arch: str) -> str:
     return str(compile_module([spec], arch))
 
 
-def compile_module(specs: list[KernelSpec], arch: str) -> pathlib.Path:
-    """Generate and compile ``specs`` into one cubin, through the on-disk cache."""
-    source = module_source(specs)
+def compile_module(specs: list[KernelSpec] | list[MtsmSpec], arch: str) -> pathlib.Path:
+    """Generate and compile ``specs`` (atb/ab or mtsm specs, one kind per module)
+    into one cubin, through the on-disk cache."""
+    source = (mtsm_module_source if isinstance(specs[0], MtsmSpec) else module_source)(specs)
     key = hashlib.sha256("\0".join((source, arch, compiler_version())).encode()).hexdigest()[:24]
     target = cache_dir() / f"{specs[0].name}_{arch}_{key}.cubin"
     if target.exists():
@@ -98,7 +99,7 @@ def compile_module(specs: list[KernelSpec], arch: str) -> pathlib.Path:
     return target
 
 
-def precompile(specs: list[KernelSpec], arch: str) -> None:
+def precompile(specs: list[KernelSpec | MtsmSpec], arch: str) -> None:
     """Compile the specs' modules in parallel (one nvcc per core), warming the cache."""
     missing = [s for s in dict.fromkeys(specs) if s.name not in prebuilt_names()]
     with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:

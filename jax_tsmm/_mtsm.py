@@ -20,12 +20,17 @@ other way round); the cotangent of a is the rank-N outer product ct xᵀ
 broadcast along.
 
 Lowering: XLA's dot at HIGHEST precision (float32 accumulation for bfloat16 and
-float16), registered for every platform. On CUDA, too, mtsm lowers to XLA's dot
-for now; the generated kernels come later. Unlike atb/ab it does not go through
-``jax_tsmm._sharding``: the inlined dot is partitioned by XLA itself.
+float16), registered for every platform. On CUDA, problems a generated kernel
+serves (``select``) lower to the FFI call ``tsmm_mtsm`` (kernels from
+codegen/mtsm.py, compiled at lowering time); the rest to XLA's dot. Unlike
+atb/ab it does not go through ``jax_tsmm._sharding``: on several devices
+(outside a fully manual shard_map) it lowers to XLA's dot, which XLA's SPMD
+partitioner partitions itself.
 """
 
 from __future__ import annotations
+
+import math
 
 import jax
 import jax.numpy as jnp
@@ -33,7 +38,9 @@ import numpy as np
 from jax.extend.core import Primitive
 from jax.interpreters import ad, batching, mlir
 
+from jax_tsmm import _cuda, _kernels
 from jax_tsmm._api import _as_array, _check_conj, _with_batch_rank
+from jax_tsmm.codegen import mtsm as mtsm_codegen
 from jax_tsmm._primitives import (
     _batch_to_front,
     _batched_dot,
@@ -90,8 +97,8 @@ def _mtsm_abstract_eval(a, x, *, transpose_a, conj):
 
 def mtsm_xla(a, x, *, transpose_a, conj):
     """op(a) x or op(a)ᵀ x through XLA's dot at HIGHEST precision (float32
-    accumulation for the half dtypes): the lowering on every platform, CUDA
-    included until mtsm's kernels land."""
+    accumulation for the half dtypes): the lowering on every platform, and on
+    CUDA for the problems no kernel serves."""
     a, x = _broadcast_batches(a, x)
     contract_a = a.ndim - 2 if transpose_a else a.ndim - 1
     return _batched_dot(_maybe_conj(a, conj), x, contract_a, x.ndim - 2)
@@ -129,6 +136,88 @@ ad.defbilinear(mtsm_p, _mtsm_transpose_a, _mtsm_transpose_x)
 mlir.register_lowering(mtsm_p, mlir.lower_fun(mtsm_xla, multiple_results=False))
 
 
+# --- the CUDA lowering: generated kernels ----------------------------------------
+
+KERNEL_DTYPES = ("float32", "float64", "complex64", "complex128")
+MAX_BATCH = 65535  # gridDim.z
+
+
+def fma_bound(problem: mtsm_codegen.MtsmProblem) -> bool:
+    """Whether the FMA units cannot keep up with one read of A at full bandwidth."""
+    return mtsm_codegen.fma_utilization(problem) > 1
+
+
+def select(dtype, transpose_a: bool, n: int, conj: bool) -> mtsm_codegen.MtsmSpec | None:
+    """The kernel for this problem, or None for XLA's dot: half precision, N
+    outside 1..MAX_N, and complex128 widths that would bind the FMA units (XLA's
+    ZGEMM runs on the FP64 tensor cores there; float64 kernels use them too, and
+    float32 has no such path at HIGHEST precision, so its kernels serve every N)."""
+    dtype = np.dtype(dtype).name
+    if dtype not in KERNEL_DTYPES or not 1 <= n <= mtsm_codegen.MAX_N:
+        return None
+    problem = mtsm_codegen.MtsmProblem(transpose_a, dtype, n, conj=conj)
+    if dtype == "complex128" and fma_bound(problem):
+        return None
+    return mtsm_codegen.MtsmSpec(problem, mtsm_codegen.default_config(problem))
+
+
+def _kernel_batch(operand_batch, out_batch) -> bool:
+    """The kernels step through an operand's batch with one stride: its batch
+    shape equals out's or is all ones."""
+    return tuple(operand_batch) == tuple(out_batch) or all(d == 1 for d in operand_batch)
+
+
+def _per_device(ctx) -> bool:
+    """Whether this lowering runs whole on each device: one device, or a shard_map
+    that is manual over every mesh axis. Elsewhere XLA's SPMD partitioner would
+    replicate a custom call's operands, while it partitions XLA's dot."""
+    context = ctx.module_context.axis_context
+    if hasattr(context, "manual_axes"):
+        return set(context.manual_axes) == set(context.mesh.axis_names)
+    return getattr(context, "num_devices", 1) == 1
+
+
+def _mtsm_cuda_lowering(ctx, a, x, *, transpose_a, conj):
+    a_aval, x_aval = ctx.avals_in
+    out_aval = ctx.avals_out[0]
+    m, n = out_aval.shape[-2:]
+    k = x_aval.shape[-2]
+    out_batch = out_aval.shape[:-2]
+    batch = math.prod(out_batch)
+    spec = None
+    if (m * n * batch * k > 0 and batch <= MAX_BATCH and _per_device(ctx)
+            and _kernel_batch(a_aval.shape[:-2], out_batch)
+            and _kernel_batch(x_aval.shape[:-2], out_batch)):
+        spec = select(a_aval.dtype, transpose_a, n, conj)
+    if spec is None or not _cuda.register_targets():
+        return mlir.lower_fun(mtsm_xla, multiple_results=False)(ctx, a, x, transpose_a=transpose_a, conj=conj)
+    splits = mtsm_codegen.splits(spec, m, k, batch, _cuda.multiprocessors())
+    partials = splits * batch * m * n if splits > 1 else 0
+    call = jax.ffi.ffi_call(
+        "tsmm_mtsm",
+        (jax.ShapeDtypeStruct(out_aval.shape, out_aval.dtype), jax.ShapeDtypeStruct((partials,), out_aval.dtype)),
+    )
+
+    def kernel(a, x):
+        out, _ = call(
+            a, x,
+            kernel=spec.name,
+            library=_kernels.library_for(spec, _cuda.arch()),
+            threads=np.int32(spec.threads),
+            shared_bytes=np.int32(spec.shared_bytes),
+            block_rows=np.int64(spec.block_rows),
+            chunk=np.int64(spec.chunk),
+            splits=np.int64(splits),
+            transpose_a=transpose_a,
+        )
+        return out
+
+    return mlir.lower_fun(kernel, multiple_results=False)(ctx, a, x)
+
+
+mlir.register_lowering(mtsm_p, _mtsm_cuda_lowering, platform="cuda")
+
+
 # --- the public function -------------------------------------------------------
 
 
@@ -143,8 +232,8 @@ def mtsm(a, x, *, transpose_a: bool = False, conj: bool = False):
       it has no effect on real operands.
 
     Leading batch axes broadcast like ``jnp.matmul``. Same dtypes as ``atb``;
-    bfloat16 and float16 accumulate in float32. On every backend, the GPU
-    included, this lowers to XLA's dot for now.
+    bfloat16 and float16 accumulate in float32. On the GPU, generated CUDA
+    kernels compute it where one applies (else XLA's dot, as on other backends).
     """
     transpose_a = _check_flag("mtsm", "transpose_a", transpose_a)
     conj = _check_conj("mtsm", conj)

@@ -1,6 +1,6 @@
 """jax_tsmm against XLA's dot on this GPU, as a percentage of the memory/compute roofline.
 
-    python -m jax_tsmm.bench [--dtypes float64,float32] [--ops atb,ab,ab_update]
+    python -m jax_tsmm.bench [--dtypes float64,float32] [--ops atb,ab,ab_update,mtsm]
                              [--widths 1-64] [--k-sweep] [--model]
                              [--json out.json] [--plot out.png]
 
@@ -15,6 +15,11 @@ against ``v - q @ c``. Each row names the kernel configuration it timed (None:
 dispatch chose XLA's dot); ``--model`` times the model's kernel everywhere,
 ignoring the tuning database, which is how the database is rebuilt
 (``python -m jax_tsmm.tune --from-bench``).
+
+``--ops mtsm`` adds the large × skinny products (``jax_tsmm.mtsm``, op "mtsm" for
+A X and "mtsm_t" for Aᵀ X): M = K in MTSM_SIZES, N in MTSM_WIDTHS, against
+``jnp.matmul`` at HIGHEST precision, as % of the read roofline (one read of A
+and X, or the FLOP peak where that binds).
 """
 
 from __future__ import annotations
@@ -35,13 +40,16 @@ import numpy as np
 from jax import lax
 
 import jax_tsmm
-from jax_tsmm import _cuda, _dispatch, _kernels
+from jax_tsmm import _cuda, _dispatch, _kernels, _mtsm
 from jax_tsmm.codegen import KernelSpec, Problem, default_config
 
 GIB = 1 << 30
 # Rough upper bounds of current GPUs, only to size the timing loops of the ceilings.
 NOMINAL_BANDWIDTH = 5e12
 NOMINAL_FLOPS = 100e12
+MTSM_SIZES = (8192, 16384, 30720)
+MTSM_WIDTHS = (1, 2, 4, 8, 16, 32, 64)
+MTSM_OPS = ("mtsm", "mtsm_t")  # A X and Aᵀ X
 DEFAULT_PAIRS = ((1, 8), (8, 1), (4, 16), (16, 4), (2, 32), (32, 2), (3, 7), (7, 3), (64, 8), (8, 64), (13, 48), (48, 13))
 
 
@@ -205,6 +213,60 @@ def bench_shape(op: str, dtype, m: int, n: int, k: int, ceilings: dict, model: b
     }
 
 
+# --- mtsm: a large dense A times a tall & skinny X ------------------------------------
+
+
+def mtsm_roofline_seconds(dtype, m: int, n: int, k: int, ceilings: dict) -> float:
+    """One read of A and X (the result is small) at the read ceiling, or the FLOP
+    peak where that binds."""
+    itemsize = np.dtype(dtype).itemsize
+    complex_factor = 4 if jnp.issubdtype(dtype, jnp.complexfloating) else 1
+    memory = (m * k + k * n) * itemsize / ceilings["read_bytes_per_s"]
+    flops = 2 * complex_factor * m * n * k
+    return max(memory, flops / ceilings["peak_flops"][np.dtype(dtype).name])
+
+
+def _mtsm_operations(transpose_a: bool):
+    highest = lax.Precision.HIGHEST
+    ours = lambda a, x: jax_tsmm.mtsm(a, x, transpose_a=transpose_a)
+    if transpose_a:
+        return ours, lambda a, x: jnp.matmul(a.T, x, precision=highest)
+    return ours, lambda a, x: jnp.matmul(a, x, precision=highest)
+
+
+def mtsm_rows(dtypes, ceilings: dict) -> list[dict]:
+    """Every (dtype, M = K, N, transpose_a) of the mtsm grid; one pair of A
+    matrices per dtype and size serves both layouts and every N."""
+    specs = {(d, t, n): _mtsm.select(d, t, n, False) for d in dtypes for t in (False, True) for n in MTSM_WIDTHS}
+    _kernels.precompile([s for s in specs.values() if s is not None], _cuda.arch())
+    rows = []
+    for dtype in dtypes:
+        for size in MTSM_SIZES:
+            keys = jax.random.split(jax.random.key(size), 2 + len(MTSM_WIDTHS))
+            matrices = [_random(keys[i], (size, size), dtype) for i in range(2)]
+            for width, key in zip(MTSM_WIDTHS, keys[2:]):
+                xs = [_random(k, (size, width), dtype) for k in jax.random.split(key, 2)]
+                sets = list(zip(matrices, xs))
+                best = mtsm_roofline_seconds(dtype, size, width, size, ceilings)
+                for transpose_a in (False, True):
+                    ours, xla = _mtsm_operations(transpose_a)
+                    ours_s = seconds_per_call(ours, sets, best)
+                    xla_s = seconds_per_call(xla, sets, best)
+                    spec = specs[dtype, transpose_a, width]
+                    row = {
+                        "op": MTSM_OPS[transpose_a], "dtype": np.dtype(dtype).name,
+                        "M": size, "N": width, "K": size,
+                        "config": dataclasses.asdict(spec.config) if spec else None,
+                        "tsmm_s": ours_s, "xla_s": xla_s,
+                        "tsmm_pct": 100 * best / ours_s, "xla_pct": 100 * best / xla_s,
+                        "speedup": xla_s / ours_s,
+                    }
+                    rows.append(row)
+                    _print_row(row)
+            del matrices
+    return rows
+
+
 def k_sweep(ceilings: dict, dtype=jnp.float64, width: int = 8, model: bool = False) -> list[dict]:
     """Ramp-up with K for atb and ab at M = N = width."""
     rows = []
@@ -224,7 +286,7 @@ def k_sweep(ceilings: dict, dtype=jnp.float64, width: int = 8, model: bool = Fal
 
 def _print_row(row: dict) -> None:
     print(
-        f"{row['op']:>3} {row['dtype']:>10} {row['M']:>3}x{row['N']:<3} K={row['K']:>10}  "
+        f"{row['op']:>6} {row['dtype']:>10} {row['M']:>3}x{row['N']:<3} K={row['K']:>10}  "
         f"tsmm {row['tsmm_s'] * 1e3:8.3f} ms {row['tsmm_pct']:5.1f}%   "
         f"xla {row['xla_s'] * 1e3:8.3f} ms {row['xla_pct']:5.1f}%   x{row['speedup']:.2f}",
         flush=True,
@@ -232,14 +294,14 @@ def _print_row(row: dict) -> None:
 
 
 def summary(rows: list[dict]) -> str:
-    lines = ["op   dtype       shapes  min%   geomean%  xla geomean%  geomean speedup  min speedup"]
+    lines = ["    op   dtype       shapes  min%   geomean%  xla geomean%  geomean speedup  min speedup"]
     groups = {}
     for row in rows:
         groups.setdefault((row["op"], row["dtype"]), []).append(row)
     for (op, dtype), group in sorted(groups.items()):
         geo = lambda xs: math.exp(statistics.fmean(math.log(x) for x in xs))
         lines.append(
-            f"{op:>3} {dtype:>10} {len(group):>7} {min(r['tsmm_pct'] for r in group):6.1f} "
+            f"{op:>6} {dtype:>10} {len(group):>7} {min(r['tsmm_pct'] for r in group):6.1f} "
             f"{geo([r['tsmm_pct'] for r in group]):9.1f} {geo([r['xla_pct'] for r in group]):12.1f} "
             f"{geo([r['speedup'] for r in group]):15.2f} {min(r['speedup'] for r in group):12.2f}"
         )
@@ -271,7 +333,7 @@ def plot(rows: list[dict], path: str, device: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    panels = sorted({(r["op"], r["dtype"]) for r in rows})
+    panels = sorted({(r["op"], r["dtype"]) for r in rows if r["op"] not in MTSM_OPS})  # M = N plots
     fig, axes = plt.subplots(len(panels), 1, figsize=(8, 3 * len(panels)), squeeze=False)
     for ax, (op, dtype) in zip(axes[:, 0], panels):
         square = sorted((r for r in rows if (r["op"], r["dtype"]) == (op, dtype) and r["M"] == r["N"]),
@@ -325,7 +387,7 @@ def main(argv=None) -> None:
         + ", ".join(f"{k} {v / 1e12:.1f} TFLOP/s" for k, v in ceilings["peak_flops"].items() if k.startswith("float")),
         flush=True,
     )
-    problems = [(op, d, m, n) for d in dtypes for op in ops for m, n in shapes]
+    problems = [(op, d, m, n) for d in dtypes for op in ops if op != "mtsm" for m, n in shapes]
     specs = [timed_kernel(op, d, m, n, problem_rows(m, n, d), args.model)[0] for op, d, m, n in problems]
     _kernels.precompile([s for s in specs if s is not None], _cuda.arch())
     rows = []
@@ -334,6 +396,8 @@ def main(argv=None) -> None:
         rows.append(row)
         print(f"[{index + 1}/{len(problems)}] ", end="")
         _print_row(row)
+    if "mtsm" in ops:
+        rows += mtsm_rows(dtypes, ceilings)
     sweep = k_sweep(ceilings, model=args.model) if args.k_sweep else []
     report = {
         "device": device.device_kind, "date": str(datetime.date.today()), "jax": jax.__version__,
@@ -343,8 +407,9 @@ def main(argv=None) -> None:
         json.dump(report, f, indent=1)
     with open(args.json.removesuffix(".json") + ".md", "w") as f:
         f.write(markdown(report))
-    if rows:
+    if any(r["op"] not in MTSM_OPS for r in rows):
         plot(rows, args.plot, f"{device.device_kind} ({datetime.date.today()})")
+    if rows:
         print(summary(rows))
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import re
+import subprocess
 
 import jax
 import jax.numpy as jnp
@@ -19,7 +20,10 @@ from jax import lax
 from jax.test_util import check_grads
 
 import jax_tsmm
+from jax_tsmm import _kernels
 from jax_tsmm._mtsm import mtsm_p
+from jax_tsmm._mtsm import select as mtsm_select
+from jax_tsmm.codegen import mtsm as mtsm_codegen
 from reference import (
     DERIVATIVE_RTOL,
     assert_tree_close,
@@ -424,3 +428,134 @@ def test_errors_are_raised_at_trace_time():
     x = jax.ShapeDtypeStruct((300, 2), jnp.float64)
     with pytest.raises(TypeError, match="same dtype, got float32 and float64"):
         jax.eval_shape(jax_tsmm.mtsm, a, x)
+
+
+# --- the CUDA kernels: generator and lowering (no GPU needed) --------------------------
+
+KERNEL_DTYPES = ("float32", "float64", "complex64", "complex128")
+
+
+def kernel_problems():
+    return [
+        mtsm_codegen.MtsmProblem(transpose_a, dtype, n, conj=conj)
+        for transpose_a in (False, True)
+        for dtype in KERNEL_DTYPES
+        for n in range(1, mtsm_codegen.MAX_N + 1)
+        for conj in ((False, True) if is_complex(dtype) else (False,))
+    ]
+
+
+def test_default_configs_are_valid_and_emit():
+    for problem in kernel_problems():
+        spec = mtsm_codegen.MtsmSpec(problem, mtsm_codegen.default_config(problem))
+        mtsm_codegen.validate(spec)
+        source = mtsm_codegen.kernel_source(spec)
+        assert f"void __launch_bounds__({spec.threads}, {spec.config.blocks_per_sm}) {spec.name}(" in source
+        assert f"{spec.name}_finalize(" in source
+
+
+@pytest.mark.parametrize(
+    "config, why",
+    [
+        (dict(tile_n=4, rows_per_thread=3, lanes=64, chunk_rows=8), "must divide"),
+        (dict(tile_n=4, rows_per_thread=4, lanes=48, chunk_rows=8), "multiple of 32"),
+        (dict(tile_n=9, rows_per_thread=4, lanes=64, chunk_rows=8), "tile_n"),
+        (dict(tile_n=4, rows_per_thread=4, lanes=1024, chunk_rows=8, ), "threads per block"),
+        (dict(tile_n=4, rows_per_thread=4, lanes=64, chunk_rows=4096), "shared memory"),
+    ],
+)
+def test_invalid_configs_are_rejected(config, why):
+    problem = mtsm_codegen.MtsmProblem(True, "float32", 8)
+    spec = mtsm_codegen.MtsmSpec(problem, mtsm_codegen.MtsmConfig(**config))
+    with pytest.raises(mtsm_codegen.InvalidSpec, match=why):
+        mtsm_codegen.validate(spec)
+
+
+def test_splits_fill_the_gpu():
+    """K is split only as far as the chunks allow, and the launch's blocks fill the
+    SMs' slots: the last wave is nearly full."""
+    for transpose_a, dtype, n in [(True, "float32", 1), (False, "float64", 16), (True, "complex128", 8)]:
+        spec = mtsm_select(dtype, transpose_a, n, False)
+        slots = 132 * spec.config.blocks_per_sm
+        for m, k, batch in [(8192, 8192, 1), (16384, 16384, 1), (30720, 30720, 1), (1000, 777, 1),
+                            (64, 10**6, 1), (8192, 8192, 1000)]:
+            splits = mtsm_codegen.splits(spec, m, k, batch, 132)
+            blocks = -(-m // spec.block_rows) * batch * splits
+            assert 1 <= splits <= -(-k // spec.chunk)
+            if k >= 8192:
+                assert blocks / (-(-blocks // slots) * slots) > 0.95, (m, k, batch, splits)
+
+
+def test_selection():
+    assert mtsm_select("float32", True, 64, False) is not None
+    assert mtsm_select("float64", False, 32, False) is not None
+    assert not mtsm_select("float64", False, 16, False).config.mma
+    assert mtsm_select("float64", False, 64, False).config.mma  # FMA-bound: DMMA
+    assert mtsm_select("float64", True, 24, False).config.mma
+    assert mtsm_select("complex128", True, 32, True) is None
+    assert mtsm_select("float16", True, 8, False) is None
+    assert mtsm_select("float32", True, 65, False) is None
+
+
+@pytest.mark.nvcc
+@pytest.mark.parametrize(
+    "transpose_a, dtype, n, conj",
+    [(True, "float32", 1, False), (True, "float64", 13, False), (True, "complex64", 64, True),
+     (False, "float32", 64, False), (False, "float64", 3, False), (False, "complex128", 16, True),
+     (True, "float64", 64, False), (False, "float64", 40, False)],
+)
+def test_kernels_compile_without_spills(tmp_path, transpose_a, dtype, n, conj):
+    spec = mtsm_select(dtype, transpose_a, n, conj)
+    source = tmp_path / "mtsm.cu"
+    source.write_text(mtsm_codegen.module_source([spec]))
+    result = subprocess.run(
+        [_kernels.nvcc(), "-cubin", "-arch=sm_90", "-O3", "-Xptxas", "-v", "-o", str(tmp_path / "mtsm.cubin"), str(source)],
+        capture_output=True, text=True,
+    )
+    assert result.returncode == 0, result.stderr
+    assert " 0 bytes spill stores" in result.stderr and "bytes spill stores" in result.stderr
+    assert all(line.strip().startswith("0 bytes stack frame") for line in result.stderr.splitlines()
+               if "stack frame" in line), result.stderr
+
+
+def cuda_hlo(fn, *args) -> str:
+    return jax.jit(fn).trace(*args).lower(lowering_platforms=("cuda",)).as_text()
+
+
+needs_extension = pytest.mark.skipif(_kernels.extension() is None, reason="package built without CUDA")
+
+
+@needs_extension
+@pytest.mark.nvcc
+@pytest.mark.parametrize("transpose_a", (False, True))
+def test_cuda_lowering_calls_the_kernels(transpose_a):
+    a = jnp.ones((3, 2) + a_shape(transpose_a, 1000, 777), jnp.float32)
+    x = jnp.ones((3, 2, 777, 5), jnp.float32)
+    f = functools.partial(jax_tsmm.mtsm, transpose_a=transpose_a)
+    assert "tsmm_mtsm" in cuda_hlo(f, a, x)
+    assert "tsmm_mtsm" in cuda_hlo(f, a[:1, :1], x)  # a broadcast whole
+    c = jnp.ones(a_shape(transpose_a, 1000, 777), jnp.complex128)
+    g = functools.partial(jax_tsmm.mtsm, transpose_a=transpose_a, conj=True)
+    assert "tsmm_mtsm" in cuda_hlo(g, c, jnp.ones((777, 3), jnp.complex128))
+    # The gradient with respect to x runs the other layout's kernel.
+    loss = lambda a, x: jnp.sum(f(a, x) ** 2)
+    assert cuda_hlo(jax.grad(loss, 1), a, x).count("custom_call @tsmm_mtsm") == 2
+
+
+@needs_extension
+@pytest.mark.parametrize(
+    "a, x",
+    [
+        (jnp.ones((100, 80), jnp.float16), jnp.ones((80, 4), jnp.float16)),
+        (jnp.ones((100, 80), jnp.bfloat16), jnp.ones((80, 4), jnp.bfloat16)),
+        (jnp.ones((100, 80)), jnp.ones((80, 65))),
+        (jnp.ones((100, 80), jnp.complex128), jnp.ones((80, 64), jnp.complex128)),  # FMA-bound
+        (jnp.ones((2, 1, 100, 80)), jnp.ones((1, 3, 80, 4))),  # neither equal nor whole broadcasts
+        (jnp.ones((0, 80)), jnp.ones((80, 4))),
+        (jnp.ones((100, 0)), jnp.ones((0, 4))),
+    ],
+    ids=["float16", "bfloat16", "n65", "complex128-n64", "broadcast", "m0", "k0"],
+)
+def test_cuda_lowering_falls_back_to_xla(a, x):
+    hlo = cuda_hlo(jax_tsmm.mtsm, a, x)
+    assert "tsmm_mtsm" not in hlo and "dot_general" in hlo

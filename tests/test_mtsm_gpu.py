@@ -1,0 +1,199 @@
+"""mtsm's CUDA kernels on a GPU, against the float64/complex128 NumPy reference.
+
+Skipped where no GPU is present. Every check draws fresh random inputs and
+poisons the allocator's free memory with NaN first, so an output element a
+kernel fails to write shows up as NaN.
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax import lax
+
+import jax_tsmm
+from jax_tsmm import _cuda, _kernels, _mtsm
+from jax_tsmm.codegen import mtsm as mtsm_codegen
+from reference import DERIVATIVE_RTOL, assert_close, assert_tree_close, random_operand
+
+pytestmark = pytest.mark.gpu
+
+DTYPES = ("float32", "float64", "complex64", "complex128")
+WIDTHS = (1, 2, 3, 4, 5, 8, 13, 16, 24, 32, 40, 64)
+# (M, K): odd sizes, one dimension tiny, and K long enough for split-K with few row blocks.
+SIZES = ((1000, 777), (4099, 3), (3, 4099), (1, 1), (257, 1031), (130, 20011), (9001, 65))
+
+
+def poison(nbytes: int) -> None:
+    """Fill free device memory with NaN: the next outputs are likely carved from it."""
+    filler = jnp.full((max(nbytes, 8) // 8 + 1024,), jnp.nan, jnp.float64)
+    filler.block_until_ready()
+    del filler
+
+
+def run(a, x, transpose_a=False, conj=False):
+    """mtsm under jit, on poisoned memory."""
+    poison(int(np.prod(a.shape)) * 16)
+    return jax.jit(functools.partial(jax_tsmm.mtsm, transpose_a=transpose_a, conj=conj))(a, x)
+
+
+def operands(rng, dtype, m, k, n, transpose_a, a_batch=(), x_batch=()):
+    a = random_operand(rng, a_batch + ((k, m) if transpose_a else (m, k)), dtype)
+    x = random_operand(rng, x_batch + (k, n), dtype)
+    return a, x
+
+
+def check(out, a, x, transpose_a, conj=False):
+    assert_close(out, a, x, op="atb" if transpose_a else "ab", conj=conj,
+                 err_msg=f"mtsm transpose_a={transpose_a}")
+
+
+def _cases():
+    """Every width for both layouts; dtype, conj and size rotate so that each
+    appears with odd and even widths."""
+    for index, (transpose_a, n) in enumerate(itertools.product((False, True), WIDTHS)):
+        dtype = DTYPES[(index + n) % len(DTYPES)]
+        conj = dtype.startswith("complex") and index % 2 == 0
+        m, k = SIZES[index % len(SIZES)]
+        yield transpose_a, dtype, n, conj, m, k
+
+
+CASES = list(_cases())
+
+
+def _spec(transpose_a, dtype, n, conj):
+    return _mtsm.select(dtype, transpose_a, n, conj)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def compiled_kernels():
+    """Compile every kernel the cases need in parallel before the first case runs."""
+    problems = {(t, d, n, c) for t, d, n, c, _, _ in CASES}
+    problems |= {(t, d, 16, d.startswith("complex")) for t in (False, True) for d in DTYPES}
+    problems |= {(t, "float32", n, False) for t in (False, True) for n in (3, 7, 16)}
+    problems |= {(t, "float64", n, False) for t in (False, True) for n in (3, 5, 8, 24, 64)}
+    specs = [_spec(*p) for p in problems]
+    _kernels.precompile([s for s in specs if s is not None], _cuda.arch())
+
+
+def compiled_hlo(fn, *args) -> str:
+    return jax.jit(fn).lower(*args).compile().as_text()
+
+
+@pytest.mark.parametrize("transpose_a, dtype, n, conj, m, k", CASES)
+def test_shapes(transpose_a, dtype, n, conj, m, k):
+    rng = np.random.default_rng()
+    a, x = operands(rng, dtype, m, k, n, transpose_a)
+    check(run(a, x, transpose_a, conj), a, x, transpose_a, conj)
+
+
+@pytest.mark.parametrize("transpose_a", (False, True))
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_every_dtype_uses_a_kernel(dtype, transpose_a):
+    conj = dtype.startswith("complex")
+    assert _spec(transpose_a, dtype, 16, conj) is not None
+    rng = np.random.default_rng()
+    a, x = operands(rng, dtype, 2001, 1503, 16, transpose_a)
+    f = functools.partial(jax_tsmm.mtsm, transpose_a=transpose_a, conj=conj)
+    assert "tsmm_mtsm" in compiled_hlo(f, a, x)
+    check(run(a, x, transpose_a, conj), a, x, transpose_a, conj)
+
+
+@pytest.mark.parametrize("transpose_a", (False, True))
+@pytest.mark.parametrize("m, k", [(8192, 8192), (30000, 700), (600, 200003)])
+def test_large(transpose_a, m, k):
+    """Full-size problems: many row blocks, and one with a long split K."""
+    rng = np.random.default_rng()
+    a, x = operands(rng, "float32", m, k, 7, transpose_a)
+    check(run(a, x, transpose_a), a, x, transpose_a)
+
+
+@pytest.mark.parametrize("transpose_a", (False, True))
+@pytest.mark.parametrize("a_batch, x_batch", [((3,), (3,)), ((1,), (4,)), ((2, 3), (1, 1)), ((2, 1), (1, 3))])
+def test_batches(transpose_a, a_batch, x_batch):
+    """Equal batch shapes and whole-operand broadcasts run on the kernels; other
+    broadcasts on XLA's dot. Odd M*K puts every other batch item off a 16-byte
+    boundary (the element-copy path)."""
+    rng = np.random.default_rng()
+    a, x = operands(rng, "float32", 301, 233, 16, transpose_a, a_batch, x_batch)
+    check(run(a, x, transpose_a), a, x, transpose_a)
+
+
+@pytest.mark.parametrize("transpose_a", (False, True))
+def test_splits_are_bitwise_deterministic(transpose_a):
+    rng = np.random.default_rng()
+    m, k = 500, 300007
+    spec = _spec(transpose_a, "float64", 8, False)
+    assert mtsm_codegen.splits(spec, m, k, 1, _cuda.multiprocessors()) > 1
+    a, x = operands(rng, "float64", m, k, 8, transpose_a)
+    first = np.asarray(run(a, x, transpose_a))
+    check(first, a, x, transpose_a)
+    for _ in range(3):
+        assert np.array_equal(np.asarray(run(a, x, transpose_a)), first)
+
+
+@pytest.mark.parametrize("transpose_a", (False, True))
+def test_nan_propagates(transpose_a):
+    rng = np.random.default_rng()
+    m, k = 700, 5003
+    a, x = operands(rng, "float64", m, k, 3, transpose_a)
+    row, col = (1234, 77) if transpose_a else (77, 1234)
+    a[row, col] = np.nan
+    out = np.asarray(run(a, x, transpose_a))
+    assert np.isnan(out[77]).all() and np.isfinite(np.delete(out, 77, axis=0)).all()
+
+
+@pytest.mark.parametrize("transpose_a", (False, True))
+@pytest.mark.parametrize("dtype, conj", [("float64", False), ("complex64", True)])
+def test_gradients_through_the_kernels(dtype, conj, transpose_a):
+    rng = np.random.default_rng()
+    m, k, n = 300, 411, 5
+    a, x = operands(rng, dtype, m, k, n, transpose_a, (2,), (2,))
+
+    def loss(f):
+        return lambda a, x: jnp.sum(jnp.abs(f(a, x)) ** 2)
+
+    ours = functools.partial(jax_tsmm.mtsm, transpose_a=transpose_a, conj=conj)
+
+    def theirs(a, x):
+        a = jnp.conj(a) if conj else a
+        a = jnp.swapaxes(a, -1, -2) if transpose_a else a
+        return jnp.matmul(a, x, precision=lax.Precision.HIGHEST)
+
+    grad = lambda f: jax.jit(jax.grad(loss(f), argnums=(0, 1)))
+    assert compiled_hlo(jax.grad(loss(ours), argnums=(0, 1)), a, x).count("tsmm_mtsm") >= 2
+    assert_tree_close(grad(ours)(a, x), grad(theirs)(a, x), DERIVATIVE_RTOL[np.dtype(dtype)], "grad")
+
+
+@pytest.mark.parametrize("transpose_a", (False, True))
+@pytest.mark.parametrize("m, k", [(1000, 777), (130, 20011), (4099, 3)])
+def test_tensor_core_path(transpose_a, m, k):
+    """float64 widths that would bind the FMA units run on DMMA."""
+    rng = np.random.default_rng()
+    for n in (24, 64):
+        assert _spec(transpose_a, "float64", n, False).config.mma
+        a, x = operands(rng, "float64", m, k, n, transpose_a)
+        check(run(a, x, transpose_a), a, x, transpose_a)
+
+
+def test_problems_without_a_kernel_use_xla():
+    rng = np.random.default_rng()
+    a, x = operands(rng, "complex128", 300, 200, 64, False)
+    assert _spec(False, "complex128", 64, False) is None
+    assert "tsmm_mtsm" not in compiled_hlo(jax_tsmm.mtsm, a, x)
+    check(run(a, x), a, x, False)
+    a16 = jnp.asarray(a, jnp.float16)
+    assert "tsmm_mtsm" not in compiled_hlo(jax_tsmm.mtsm, a16, jnp.asarray(x, jnp.float16))
+
+
+def test_many_batch_items_in_one_launch():
+    rng = np.random.default_rng()
+    a, x = operands(rng, "complex64", 40, 33, 3, True, (300,), (300,))
+    assert math.prod(a.shape[:-2]) <= _mtsm.MAX_BATCH
+    check(run(a, x, True, True), a, x, True, True)
