@@ -41,28 +41,51 @@ def problem_key(problem: Problem) -> str:
     return f"{problem.op}:{problem.dtype}:{problem.m}x{problem.n}"
 
 
-@functools.cache
+_model_only: list[bool] = []
+
+
+@contextlib.contextmanager
+def model_only():
+    """Inside the block, calls lowered dispatch by the generator's model alone, as
+    if the tuning database were empty (the bench's ``--model``; the tests)."""
+    _model_only.append(True)
+    try:
+        yield
+    finally:
+        _model_only.pop()
+
+
 def database(arch: str) -> dict:
     """The tuned entries for ``arch``: key -> list of {k_min, config | None, ...},
     sorted by k_min; config None means XLA's dot measured faster."""
+    return {} if _model_only else _database_file(arch)
+
+
+@functools.cache
+def _database_file(arch: str) -> dict:
     path = TUNING_DIR / f"{arch}.json"
     if not path.exists():
         return {}
     return json.loads(path.read_text())["entries"]
 
 
-def _tuned(problem: Problem, k: int, arch: str) -> tuple[bool, Config | None]:
-    """(found, config) from the database; config None with found means use XLA.
-    The entry of the range holding K serves; below every range, the lowest
+def mtsm_key(transpose_a: bool, dtype: str, n: int) -> str:
+    """Database key of an mtsm problem (its kernels serve any M and K); conj is left out."""
+    return f"{'mtsm_t' if transpose_a else 'mtsm'}:{dtype}:n{n}"
+
+
+def tuned(key: str, k: int, arch: str) -> tuple[bool, dict | None]:
+    """(found, configuration fields) from the database; None with found means use
+    XLA. The entry of the range holding K serves; below every range, the lowest
     range's (a measured choice beats the untimed model)."""
-    entries = database(arch).get(problem_key(problem), [])
+    entries = database(arch).get(key, [])
     if not entries:
         return False, None
     chosen = entries[0]
     for entry in entries:
         if entry["k_min"] <= k:
             chosen = entry
-    return True, Config(**chosen["config"]) if chosen["config"] else None
+    return True, chosen["config"]
 
 
 def select(op: str, dtype, m: int, n: int, k: int, batch_dims: int, conj: bool,
@@ -78,9 +101,9 @@ def select(op: str, dtype, m: int, n: int, k: int, batch_dims: int, conj: bool,
     for spec in reversed(_forced):
         if spec.problem == problem:
             return spec
-    found, config = _tuned(problem, k, arch)
+    found, config = tuned(problem_key(problem), k, arch)
     if found:
-        return None if config is None else KernelSpec(problem, config)
+        return None if config is None else KernelSpec(problem, Config(**config))
     try:
         return KernelSpec(problem, default_config(problem))
     except InvalidSpec:

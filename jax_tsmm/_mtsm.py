@@ -38,7 +38,7 @@ import numpy as np
 from jax.extend.core import Primitive
 from jax.interpreters import ad, batching, mlir
 
-from jax_tsmm import _cuda, _kernels
+from jax_tsmm import _cuda, _dispatch, _kernels
 from jax_tsmm._api import _as_array, _check_conj, _with_batch_rank
 from jax_tsmm.codegen import mtsm as mtsm_codegen
 from jax_tsmm._primitives import (
@@ -147,15 +147,20 @@ def fma_bound(problem: mtsm_codegen.MtsmProblem) -> bool:
     return mtsm_codegen.fma_utilization(problem) > 1
 
 
-def select(dtype, transpose_a: bool, n: int, conj: bool) -> mtsm_codegen.MtsmSpec | None:
+def select(dtype, transpose_a: bool, n: int, conj: bool, k: int, arch: str = "sm_90") -> mtsm_codegen.MtsmSpec | None:
     """The kernel for this problem, or None for XLA's dot: half precision, N
-    outside 1..MAX_N, and complex128 widths that would bind the FMA units (XLA's
-    ZGEMM runs on the FP64 tensor cores there; float64 kernels use them too, and
-    float32 has no such path at HIGHEST precision, so its kernels serve every N)."""
+    outside 1..MAX_N, where the tuning database says XLA measured faster (by
+    ranges of the contracted length K), and complex128 widths that would bind the
+    FMA units (XLA's ZGEMM runs on the FP64 tensor cores there; float64 kernels
+    use them too, and float32 has no such path at HIGHEST precision). Untuned
+    problems take the model's configuration."""
     dtype = np.dtype(dtype).name
     if dtype not in KERNEL_DTYPES or not 1 <= n <= mtsm_codegen.MAX_N:
         return None
     problem = mtsm_codegen.MtsmProblem(transpose_a, dtype, n, conj=conj)
+    found, config = _dispatch.tuned(_dispatch.mtsm_key(transpose_a, dtype, n), k, arch)
+    if found:
+        return None if config is None else mtsm_codegen.MtsmSpec(problem, mtsm_codegen.MtsmConfig(**config))
     if dtype == "complex128" and fma_bound(problem):
         return None
     return mtsm_codegen.MtsmSpec(problem, mtsm_codegen.default_config(problem))
@@ -188,7 +193,7 @@ def _mtsm_cuda_lowering(ctx, a, x, *, transpose_a, conj):
     if (m * n * batch * k > 0 and batch <= MAX_BATCH and _per_device(ctx)
             and _kernel_batch(a_aval.shape[:-2], out_batch)
             and _kernel_batch(x_aval.shape[:-2], out_batch)):
-        spec = select(a_aval.dtype, transpose_a, n, conj)
+        spec = select(a_aval.dtype, transpose_a, n, conj, k, _cuda.arch())
     if spec is None or not _cuda.register_targets():
         return mlir.lower_fun(mtsm_xla, multiple_results=False)(ctx, a, x, transpose_a=transpose_a, conj=conj)
     splits = mtsm_codegen.splits(spec, m, k, batch, _cuda.multiprocessors())

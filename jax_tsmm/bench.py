@@ -181,26 +181,24 @@ def operand_sets(op: str, dtype, m: int, n: int, k: int, seed: int) -> list[tupl
     return [tuple(_random(next(keys), shape, dtype) for shape in shapes) for _ in range(2)]
 
 
-def timed_kernel(op: str, dtype, m: int, n: int, k: int, model: bool):
-    """The kernel a call of this shape runs (the model's with ``model``, ignoring
-    the tuning database), or None for XLA's dot, and the context to time it in."""
+def timed_kernel(op: str, dtype, m: int, n: int, k: int):
+    """The kernel a call of this shape runs, or None for XLA's dot."""
     kernel_op = "atb" if op == "atb" else "ab"
-    update = op == "ab_update"
-    if model:
-        problem = Problem(kernel_op, np.dtype(dtype).name, m, n, update=update)
-        spec = KernelSpec(problem, default_config(problem))
-        return spec, _dispatch.forced(spec)
-    spec = _dispatch.select(kernel_op, dtype, m, n, k, 0, False, _cuda.arch(), update=update)
-    return spec, contextlib.nullcontext()
+    return _dispatch.select(kernel_op, dtype, m, n, k, 0, False, _cuda.arch(), update=op == "ab_update")
+
+
+def dispatch_context(model: bool):
+    """With ``model``, dispatch by the model's kernels, ignoring the tuning database."""
+    return _dispatch.model_only() if model else contextlib.nullcontext()
 
 
 def bench_shape(op: str, dtype, m: int, n: int, k: int, ceilings: dict, model: bool = False) -> dict:
     sets = operand_sets(op, dtype, m, n, k, m * 1000 + n)
     ours, xla = _operations(op)
     best = roofline_seconds(op, dtype, m, n, k, ceilings)
-    spec, context = timed_kernel(op, dtype, m, n, k, model)
     in_place = op == "ab_update"
-    with context:
+    with dispatch_context(model):
+        spec = timed_kernel(op, dtype, m, n, k)
         ours_s = seconds_per_call(ours, sets, best, updates_last=in_place)
     xla_s = seconds_per_call(xla, sets, best, updates_last=in_place)
     del sets
@@ -234,11 +232,13 @@ def _mtsm_operations(transpose_a: bool):
     return ours, lambda a, x: jnp.matmul(a, x, precision=highest)
 
 
-def mtsm_rows(dtypes, ceilings: dict) -> list[dict]:
+def mtsm_rows(dtypes, ceilings: dict, model: bool = False) -> list[dict]:
     """Every (dtype, M = K, N, transpose_a) of the mtsm grid; one pair of A
     matrices per dtype and size serves both layouts and every N."""
-    specs = {(d, t, n): _mtsm.select(d, t, n, False) for d in dtypes for t in (False, True) for n in MTSM_WIDTHS}
-    _kernels.precompile([s for s in specs.values() if s is not None], _cuda.arch())
+    with dispatch_context(model):
+        specs = {(d, t, n, size): _mtsm.select(d, t, n, False, size, _cuda.arch())
+                 for d in dtypes for t in (False, True) for n in MTSM_WIDTHS for size in MTSM_SIZES}
+    _kernels.precompile([s for s in set(specs.values()) if s is not None], _cuda.arch())
     rows = []
     for dtype in dtypes:
         for size in MTSM_SIZES:
@@ -250,9 +250,10 @@ def mtsm_rows(dtypes, ceilings: dict) -> list[dict]:
                 best = mtsm_roofline_seconds(dtype, size, width, size, ceilings)
                 for transpose_a in (False, True):
                     ours, xla = _mtsm_operations(transpose_a)
-                    ours_s = seconds_per_call(ours, sets, best)
+                    with dispatch_context(model):
+                        ours_s = seconds_per_call(ours, sets, best)
                     xla_s = seconds_per_call(xla, sets, best)
-                    spec = specs[dtype, transpose_a, width]
+                    spec = specs[dtype, transpose_a, width, size]
                     row = {
                         "op": MTSM_OPS[transpose_a], "dtype": np.dtype(dtype).name,
                         "M": size, "N": width, "K": size,
@@ -388,7 +389,8 @@ def main(argv=None) -> None:
         flush=True,
     )
     problems = [(op, d, m, n) for d in dtypes for op in ops if op != "mtsm" for m, n in shapes]
-    specs = [timed_kernel(op, d, m, n, problem_rows(m, n, d), args.model)[0] for op, d, m, n in problems]
+    with dispatch_context(args.model):
+        specs = [timed_kernel(op, d, m, n, problem_rows(m, n, d)) for op, d, m, n in problems]
     _kernels.precompile([s for s in specs if s is not None], _cuda.arch())
     rows = []
     for index, (op, dtype, m, n) in enumerate(problems):
@@ -397,7 +399,7 @@ def main(argv=None) -> None:
         print(f"[{index + 1}/{len(problems)}] ", end="")
         _print_row(row)
     if "mtsm" in ops:
-        rows += mtsm_rows(dtypes, ceilings)
+        rows += mtsm_rows(dtypes, ceilings, args.model)
     sweep = k_sweep(ceilings, model=args.model) if args.k_sweep else []
     report = {
         "device": device.device_kind, "date": str(datetime.date.today()), "jax": jax.__version__,

@@ -79,6 +79,5 @@ def model_kernels():
     shape a test names reaches its kernel whatever the shipped database prefers."""
     from jax_tsmm import _dispatch
 
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(_dispatch, "database", lambda arch: {})
+    with _dispatch.model_only():
         yield

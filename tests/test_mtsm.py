@@ -8,6 +8,7 @@ both are checked under reference.py's elementwise error bound.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import re
 import subprocess
@@ -471,11 +472,12 @@ def test_invalid_configs_are_rejected(config, why):
         mtsm_codegen.validate(spec)
 
 
+@pytest.mark.usefixtures("model_kernels")
 def test_splits_fill_the_gpu():
     """K is split only as far as the chunks allow, and the launch's blocks fill the
     SMs' slots: the last wave is nearly full."""
     for transpose_a, dtype, n in [(True, "float32", 1), (False, "float64", 16), (True, "complex128", 8)]:
-        spec = mtsm_select(dtype, transpose_a, n, False)
+        spec = mtsm_select(dtype, transpose_a, n, False, 8192)
         slots = 132 * spec.config.blocks_per_sm
         for m, k, batch in [(8192, 8192, 1), (16384, 16384, 1), (30720, 30720, 1), (1000, 777, 1),
                             (64, 10**6, 1), (8192, 8192, 1000)]:
@@ -486,15 +488,16 @@ def test_splits_fill_the_gpu():
                 assert blocks / (-(-blocks // slots) * slots) > 0.95, (m, k, batch, splits)
 
 
+@pytest.mark.usefixtures("model_kernels")
 def test_selection():
-    assert mtsm_select("float32", True, 64, False) is not None
-    assert mtsm_select("float64", False, 32, False) is not None
-    assert not mtsm_select("float64", False, 16, False).config.mma
-    assert mtsm_select("float64", False, 64, False).config.mma  # FMA-bound: DMMA
-    assert mtsm_select("float64", True, 24, False).config.mma
-    assert mtsm_select("complex128", True, 32, True) is None
-    assert mtsm_select("float16", True, 8, False) is None
-    assert mtsm_select("float32", True, 65, False) is None
+    assert mtsm_select("float32", True, 64, False, 8192) is not None
+    assert mtsm_select("float64", False, 32, False, 8192) is not None
+    assert not mtsm_select("float64", False, 16, False, 8192).config.mma
+    assert mtsm_select("float64", False, 64, False, 8192).config.mma  # FMA-bound: DMMA
+    assert mtsm_select("float64", True, 24, False, 8192).config.mma
+    assert mtsm_select("complex128", True, 32, True, 8192) is None
+    assert mtsm_select("float16", True, 8, False, 8192) is None
+    assert mtsm_select("float32", True, 65, False, 8192) is None
 
 
 @pytest.mark.nvcc
@@ -505,7 +508,7 @@ def test_selection():
      (True, "float64", 64, False), (False, "float64", 40, False)],
 )
 def test_kernels_compile_without_spills(tmp_path, transpose_a, dtype, n, conj):
-    spec = mtsm_select(dtype, transpose_a, n, conj)
+    spec = mtsm_select(dtype, transpose_a, n, conj, 8192)
     source = tmp_path / "mtsm.cu"
     source.write_text(mtsm_codegen.module_source([spec]))
     result = subprocess.run(
@@ -527,6 +530,7 @@ needs_extension = pytest.mark.skipif(_kernels.extension() is None, reason="packa
 
 @needs_extension
 @pytest.mark.nvcc
+@pytest.mark.usefixtures("model_kernels")
 @pytest.mark.parametrize("transpose_a", (False, True))
 def test_cuda_lowering_calls_the_kernels(transpose_a):
     a = jnp.ones((3, 2) + a_shape(transpose_a, 1000, 777), jnp.float32)
@@ -559,3 +563,17 @@ def test_cuda_lowering_calls_the_kernels(transpose_a):
 def test_cuda_lowering_falls_back_to_xla(a, x):
     hlo = cuda_hlo(jax_tsmm.mtsm, a, x)
     assert "tsmm_mtsm" not in hlo and "dot_general" in hlo
+
+
+@needs_extension
+def test_cuda_lowering_follows_the_tuning_database(monkeypatch):
+    """Where the bench measured XLA faster (by ranges of K), mtsm lowers to XLA's dot."""
+    from jax_tsmm import _dispatch
+
+    key = _dispatch.mtsm_key(False, "float32", 5)
+    config = dataclasses.asdict(mtsm_codegen.default_config(mtsm_codegen.MtsmProblem(False, "float32", 5)))
+    entries = {key: [{"k_min": 1000, "config": config}, {"k_min": 100_000, "config": None}]}
+    monkeypatch.setattr(_dispatch, "database", lambda arch: entries)
+    for k, kernel in ((10, True), (5000, True), (100_000, False)):
+        hlo = cuda_hlo(jax_tsmm.mtsm, jnp.ones((300, k), jnp.float32), jnp.ones((k, 5), jnp.float32))
+        assert ("tsmm_mtsm" in hlo) == kernel, k

@@ -22,7 +22,7 @@ from jax_tsmm import _cuda, _kernels, _mtsm
 from jax_tsmm.codegen import mtsm as mtsm_codegen
 from reference import DERIVATIVE_RTOL, assert_close, assert_tree_close, random_operand
 
-pytestmark = pytest.mark.gpu
+pytestmark = [pytest.mark.gpu, pytest.mark.usefixtures("model_kernels")]  # every case reaches its kernel
 
 DTYPES = ("float32", "float64", "complex64", "complex128")
 WIDTHS = (1, 2, 3, 4, 5, 8, 13, 16, 24, 32, 40, 64)
@@ -68,11 +68,11 @@ CASES = list(_cases())
 
 
 def _spec(transpose_a, dtype, n, conj):
-    return _mtsm.select(dtype, transpose_a, n, conj)
+    return _mtsm.select(dtype, transpose_a, n, conj, 8192)
 
 
 @pytest.fixture(scope="module", autouse=True)
-def compiled_kernels():
+def compiled_kernels(model_kernels):
     """Compile every kernel the cases need in parallel before the first case runs."""
     problems = {(t, d, n, c) for t, d, n, c, _, _ in CASES}
     problems |= {(t, d, 16, d.startswith("complex")) for t in (False, True) for d in DTYPES}
