@@ -36,9 +36,11 @@ def forced(spec: KernelSpec):
 
 
 def problem_key(problem: Problem) -> str:
-    """Database key; conj and update are left out: conj flips signs and costs the
-    same, and the update adds one read of y to the same kernel."""
-    return f"{problem.op}:{problem.dtype}:{problem.m}x{problem.n}"
+    """Database key; conj is left out (it flips signs and costs the same). ab's
+    fused update has entries of its own: against XLA's dot and a separate
+    elementwise pass it wins where plain ab may not."""
+    op = "ab_update" if problem.update else problem.op
+    return f"{op}:{problem.dtype}:{problem.m}x{problem.n}"
 
 
 _model_only: list[bool] = []
@@ -90,8 +92,8 @@ def tuned(key: str, k: int, arch: str) -> tuple[bool, dict | None]:
 
 def select(op: str, dtype, m: int, n: int, k: int, batch_dims: int, conj: bool,
            arch: str = "sm_90", *, update: bool = False) -> KernelSpec | None:
-    """The kernel for this problem, or None to use XLA's dot. ab's fused update
-    (``update``) takes the configuration tuned for plain ab."""
+    """The kernel for this problem (``update``: ab's fused update), or None to use
+    XLA's dot."""
     dtype = np.dtype(dtype).name
     if dtype not in KERNEL_DTYPES or batch_dims > MAX_BATCH_DIMS:
         return None

@@ -74,19 +74,20 @@ def entries_from_bench(reports: list[dict]) -> dict[str, list[dict]]:
     """One-candidate entries (the timed kernel against XLA) from bench reports:
     the main rows stand for the largest K range, the K-sweep rows for K ranges
     of their own; mtsm rows stand for K from their own K up. Only rows that
-    timed a kernel count (``bench --model`` times one everywhere); ab_update rows
-    are left out, ab's entries serve it."""
+    timed a kernel count (``bench --model`` times one everywhere)."""
     measured = {}
     rows = [(K_RANGES[-1][0], row, report) for report in reports for row in report["rows"]]
     rows += [(row["K"], row, report) for report in reports for row in report.get("k_sweep", [])]
     for k_min, row, report in rows:
-        if row["op"] == "ab_update" or row.get("config") is None:
+        if row.get("config") is None:
             continue
         if row["op"] in ("mtsm", "mtsm_t"):  # ranges of the contracted length, as timed
             k_min = row["K"]
             key = _dispatch.mtsm_key(row["op"] == "mtsm_t", row["dtype"], row["N"])
         else:
-            key = _dispatch.problem_key(Problem(row["op"], row["dtype"], row["M"], row["N"]))
+            update = row["op"] == "ab_update"
+            problem = Problem("ab" if update else row["op"], row["dtype"], row["M"], row["N"], update=update)
+            key = _dispatch.problem_key(problem)
         measured.setdefault(key, {})[k_min] = {
             "k_min": k_min, "k_tuned": row["K"],
             "config": row["config"] if row["tsmm_s"] < row["xla_s"] else None,

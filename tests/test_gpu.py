@@ -293,16 +293,18 @@ def test_calls_inside_a_jitted_loop():
 
 
 def test_tuned_kernels():
-    """Every kernel configuration the shipped tuning database chooses, on fresh
-    random operands of an odd K inside its range's reach."""
+    """Every kernel configuration the shipped tuning database chooses for atb, ab and
+    ab's fused update, on fresh random operands of an odd K. (Its mtsm entries are
+    the model's configurations, which tests/test_mtsm_gpu.py runs.)"""
     database = json.loads((_dispatch.TUNING_DIR / f"{_cuda.arch()}.json").read_text())["entries"]
     specs = []
     for key, entries in database.items():
         op, dtype, shape = key.split(":")
+        if op.startswith("mtsm"):
+            continue
         m, n = map(int, shape.split("x"))
-        for entry in entries:
-            if entry["config"] is not None:
-                specs.append(KernelSpec(Problem(op, dtype, m, n), Config(**entry["config"])))
+        problem = Problem("ab" if op == "ab_update" else op, dtype, m, n, update=op == "ab_update")
+        specs += [KernelSpec(problem, Config(**e["config"])) for e in entries if e["config"] is not None]
     specs = list(dict.fromkeys(specs))
     _kernels.precompile(specs, _cuda.arch())
     rng = np.random.default_rng()
@@ -310,6 +312,14 @@ def test_tuned_kernels():
         p = spec.problem
         k = 3 * spec.rows_per_chunk + 5
         a, b = operands(rng, p.op, p.dtype, k, p.m, p.n)
+        if p.update:
+            y = random_operand(rng, (k, p.n), p.dtype)
+            with _dispatch.forced(spec):
+                got = jax.jit(lambda a, c, y: jax_tsmm.ab(a, c, out=y, alpha=-1, beta=1))(a, b, y)
+            want = to_wide(y) - ab_ref(a, b)
+            bound = 16 * unit_roundoff(p.dtype) * (magnitude("ab", a, b) + np.abs(to_wide(y)))
+            assert np.all(np.abs(to_wide(got) - want) <= bound), spec.name
+            continue
         with _dispatch.forced(spec):
             out = run(p.op, a, b)
         assert_close(out, a, b, op=p.op, err_msg=spec.name)
