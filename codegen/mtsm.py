@@ -39,7 +39,7 @@ from dataclasses import dataclass
 
 from .abi import PRELUDE
 from .emit import _STAGE_COPY
-from .spec import DTYPES, MAX_REGISTERS, MAX_SHARED_BYTES, MAX_THREADS, VECTOR_BYTES, InvalidSpec
+from .spec import DTYPES, MAX_REGISTERS, MAX_SHARED_BYTES, MAX_THREADS, VECTOR_BYTES, ElementType, InvalidSpec
 
 MAX_N = 64
 SM_SHARED_BYTES = 228 * 1024  # per SM on Hopper, of which 1 KiB per block is reserved
@@ -68,27 +68,11 @@ FINALIZE_THREADS = 256
 
 
 @dataclass(frozen=True)
-class MtsmProblem:
+class MtsmProblem(ElementType):
     transpose_a: bool
     dtype: str
     n: int
     conj: bool = False
-
-    @property
-    def real_type(self) -> str:
-        return DTYPES[self.dtype][0]
-
-    @property
-    def components(self) -> int:
-        return DTYPES[self.dtype][1]
-
-    @property
-    def element_bytes(self) -> int:
-        return (4 if self.real_type == "float" else 8) * self.components
-
-    @property
-    def vector_elements(self) -> int:
-        return VECTOR_BYTES // self.element_bytes
 
     @property
     def words(self) -> int:

@@ -32,16 +32,10 @@ class InvalidSpec(ValueError):
     """A spec that would not generate correct code; the message says why."""
 
 
-@dataclass(frozen=True)
-class Problem:
-    op: str  # "atb": op(A)ᵀ B, reduced over K;  "ab": op(A) C
+class ElementType:
+    """What a problem's ``dtype`` means to the generated code."""
+
     dtype: str
-    m: int
-    n: int
-    conj: bool = False  # op(A) = conj(A); only meaningful for complex dtypes
-    # ab only: out = beta * y + alpha * op(A) C in the same pass (BLAS's update;
-    # alpha and beta are launch arguments, y may be out itself)
-    update: bool = False
 
     @property
     def real_type(self) -> str:
@@ -58,6 +52,18 @@ class Problem:
     @property
     def vector_elements(self) -> int:
         return VECTOR_BYTES // self.element_bytes
+
+
+@dataclass(frozen=True)
+class Problem(ElementType):
+    op: str  # "atb": op(A)ᵀ B, reduced over K;  "ab": op(A) C
+    dtype: str
+    m: int
+    n: int
+    conj: bool = False  # op(A) = conj(A); only meaningful for complex dtypes
+    # ab only: out = beta * y + alpha * op(A) C in the same pass (BLAS's update;
+    # alpha and beta are launch arguments, y may be out itself)
+    update: bool = False
 
 
 @dataclass(frozen=True)

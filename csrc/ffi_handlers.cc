@@ -11,6 +11,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include "ffi_util.h"
 #include "handlers.h"
 #include "kernel_cache.h"
 #include "stream_kernels.h"
@@ -32,8 +33,6 @@ constexpr uintptr_t kVectorAlignment = 16;
 
 using Dims = ffi::AnyBuffer::Dimensions;
 
-int64_t CeilDiv(int64_t x, int64_t y) { return (x + y - 1) / y; }
-
 // Bytes per element of the dtypes kernels are generated for; 0 for the others.
 int ElementBytes(ffi::DataType dtype) {
   switch (dtype) {
@@ -47,15 +46,6 @@ int ElementBytes(ffi::DataType dtype) {
     default:
       return 0;
   }
-}
-
-std::string ShapeString(Dims dims) {
-  std::string text = "(";
-  for (size_t i = 0; i < dims.size(); ++i) {
-    if (i > 0) text += ", ";
-    text += std::to_string(dims[i]);
-  }
-  return text + (dims.size() == 1 ? ",)" : ")");
 }
 
 // The parameters a lowering passes along with the kernel it chose. The lowering

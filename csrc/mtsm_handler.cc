@@ -13,6 +13,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include "ffi_util.h"
 #include "handlers.h"
 #include "kernel_cache.h"
 #include "mtsm_args.h"
@@ -30,20 +31,9 @@ constexpr int64_t kMaxGridYZ = 65535;
 
 using Dims = ffi::AnyBuffer::Dimensions;
 
-int64_t CeilDiv(int64_t x, int64_t y) { return (x + y - 1) / y; }
-
 bool KernelDtype(ffi::DataType dtype) {
   return dtype == ffi::DataType::F32 || dtype == ffi::DataType::F64 ||
          dtype == ffi::DataType::C64 || dtype == ffi::DataType::C128;
-}
-
-std::string ShapeString(Dims dims) {
-  std::string text = "(";
-  for (size_t i = 0; i < dims.size(); ++i) {
-    if (i > 0) text += ", ";
-    text += std::to_string(dims[i]);
-  }
-  return text + (dims.size() == 1 ? ",)" : ")");
 }
 
 ffi::Error Invalid(const std::string& why) {
