@@ -1,9 +1,11 @@
 """The CUDA lowering of the primitives: generated kernels through XLA FFI calls.
 
 Registered for platform "cuda" on the per-shard primitives (``atb_local_p``,
-``ab_local_p``, ``ab_update_local_p``; see ``_sharding``), next to their default
-lowering; the rules in ``_primitives`` are untouched. Problems no kernel serves (half precision, empty
-or very wide shapes, a build without CUDA) lower to XLA's dot.
+``ab_local_p``, ``ab_update_local_p``; see ``_sharding``), next to their
+default lowering; the rules in ``_primitives`` are untouched. Problems no
+kernel serves (half precision, empty or very wide shapes, a build without
+CUDA) and those where the tuning database says XLA measured faster lower to
+XLA's dot.
 """
 
 from __future__ import annotations
