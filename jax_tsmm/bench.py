@@ -164,7 +164,8 @@ def roofline_seconds(op: str, dtype, m: int, n: int, k: int, ceilings: dict) -> 
     return max(memory, flops / peak)
 
 
-def _operations(op: str):
+def operations(op: str):
+    """(jax_tsmm's call, XLA's equivalent) for op "atb", "ab" or "ab_update"."""
     highest = lax.Precision.HIGHEST
     if op == "atb":
         return jax_tsmm.atb, lambda a, b: jnp.matmul(a.T, b, precision=highest)
@@ -194,7 +195,7 @@ def dispatch_context(model: bool):
 
 def bench_shape(op: str, dtype, m: int, n: int, k: int, ceilings: dict, model: bool = False) -> dict:
     sets = operand_sets(op, dtype, m, n, k, m * 1000 + n)
-    ours, xla = _operations(op)
+    ours, xla = operations(op)
     best = roofline_seconds(op, dtype, m, n, k, ceilings)
     in_place = op == "ab_update"
     with dispatch_context(model):
@@ -353,7 +354,8 @@ def plot(rows: list[dict], path: str, device: str) -> None:
     fig.savefig(path, dpi=120)
 
 
-def _parse_widths(text: str) -> list[int]:
+def parse_widths(text: str) -> list[int]:
+    """"1-8,13,16" -> [1, ..., 8, 13, 16]."""
     widths = []
     for part in text.split(","):
         lo, _, hi = part.partition("-")
@@ -379,7 +381,7 @@ def main(argv=None) -> None:
         sys.exit("jax_tsmm.bench needs a GPU")
     dtypes = [np.dtype(d) for d in args.dtypes.split(",")]
     ops = args.ops.split(",")
-    shapes = [(w, w) for w in _parse_widths(args.widths)] + ([] if args.no_pairs else list(DEFAULT_PAIRS))
+    shapes = [(w, w) for w in parse_widths(args.widths)] + ([] if args.no_pairs else list(DEFAULT_PAIRS))
 
     print(f"{device.device_kind}, jax {jax.__version__}, {datetime.date.today()}", flush=True)
     ceilings = measure_ceilings()

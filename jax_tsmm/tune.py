@@ -41,14 +41,11 @@ def tune_problem(problem: Problem, ceilings: dict, limit: int, arch: str) -> lis
     dtype = np.dtype(problem.dtype)
     configs = candidates(problem, limit)
     _kernels.precompile([KernelSpec(problem, c) for c in configs], arch)
-    ours, xla = bench._operations(problem.op)
+    ours, xla = bench.operations(problem.op)
     entries = []
     for k_min, k_sample in K_RANGES:
         k = k_sample or bench.problem_rows(problem.m, problem.n, dtype)
-        keys = jax.random.split(jax.random.key(k), 4)
-        second = (k, problem.n) if problem.op == "atb" else (problem.m, problem.n)
-        sets = [(bench._random(keys[2 * i], (k, problem.m), dtype), bench._random(keys[2 * i + 1], second, dtype))
-                for i in range(2)]
+        sets = bench.operand_sets(problem.op, dtype, problem.m, problem.n, k, seed=k)
         roof = bench.roofline_seconds(problem.op, dtype, problem.m, problem.n, k, ceilings)
         xla_s = bench.seconds_per_call(xla, sets, roof)
         timings = []
@@ -135,7 +132,7 @@ def main(argv=None) -> None:
     ceilings = bench.measure_ceilings()
     db.update(device=device, arch=arch, ceilings=ceilings)
     problems = [Problem(op, dtype, w, w) for dtype in args.dtypes.split(",") for op in args.ops.split(",")
-                for w in bench._parse_widths(args.shapes)]
+                for w in bench.parse_widths(args.shapes)]
     for index, problem in enumerate(problems):
         key = _dispatch.problem_key(problem)
         if key in db["entries"]:

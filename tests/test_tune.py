@@ -1,0 +1,63 @@
+"""The tuner's plumbing on the CPU backend (its timings mean nothing here; on a
+GPU the same code times the kernels): K ranges, winners against XLA, and the
+database entries made from bench reports."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from jax_tsmm import _dispatch, tune
+from jax_tsmm.codegen import Config, KernelSpec, Problem, default_config, validate
+
+CEILINGS = {
+    "read_bytes_per_s": 1e10,
+    "copy_bytes_per_s": 1e10,
+    "peak_flops": {"float64": 1e11, "float32": 1e11, "complex128": 1e11, "complex64": 1e11},
+}
+
+
+@pytest.mark.nvcc  # the candidates are compiled first, as on a GPU
+def test_tune_problem_covers_every_k_range(monkeypatch):
+    monkeypatch.setattr(tune, "K_RANGES", ((0, 300), (1000, 2000)))
+    problem = Problem("atb", "float32", 3, 2)
+    entries = tune.tune_problem(problem, CEILINGS, limit=3, arch="sm_90")
+    assert [e["k_min"] for e in entries] == [0, 1000]
+    assert [e["k_tuned"] for e in entries] == [300, 2000]
+    for entry in entries:
+        assert entry["candidates"] == 3 and entry["tsmm_s"] > 0 and entry["xla_s"] > 0
+        if entry["config"] is not None:
+            assert entry["tsmm_s"] < entry["xla_s"]
+            validate(KernelSpec(problem, Config(**entry["config"])))
+
+
+def _row(op, dtype, m, n, k, tsmm_s, xla_s, config):
+    return {"op": op, "dtype": dtype, "M": m, "N": n, "K": k, "config": config,
+            "tsmm_s": tsmm_s, "xla_s": xla_s, "tsmm_pct": 50.0, "xla_pct": 50.0}
+
+
+def test_entries_from_bench():
+    atb = dataclasses.asdict(default_config(Problem("atb", "float64", 7, 5)))
+    update = dataclasses.asdict(default_config(Problem("ab", "float64", 8, 8, update=True)))
+    report = {
+        "device": "GPU", "date": "2026-11-22",
+        "rows": [
+            _row("atb", "float64", 7, 5, 10**7, 1.0, 2.0, atb),  # the kernel won
+            _row("ab", "float64", 7, 5, 10**7, 2.0, 1.0, atb),  # XLA won
+            _row("ab", "float32", 3, 3, 10**7, 1.0, 1.0, None),  # dispatch timed XLA: no entry
+            _row("ab_update", "float64", 8, 8, 10**7, 1.0, 3.0, update),
+            _row("mtsm_t", "float32", 8192, 4, 8192, 3.0, 1.0, {"tile_n": 4}),
+        ],
+        "k_sweep": [_row("atb", "float64", 7, 5, 4096, 2.0, 1.0, atb)],
+    }
+    entries = tune.entries_from_bench([report])
+    assert set(entries) == {"atb:float64:7x5", "ab:float64:7x5", "ab_update:float64:8x8", "mtsm_t:float32:n4"}
+    largest = tune.K_RANGES[-1][0]
+    assert [(e["k_min"], e["config"] is not None) for e in entries["atb:float64:7x5"]] == [(4096, False), (largest, True)]
+    assert entries["ab:float64:7x5"][0]["config"] is None
+    assert entries["ab_update:float64:8x8"][0]["config"] == update
+    assert entries["mtsm_t:float32:n4"] == [dict(entries["mtsm_t:float32:n4"][0], k_min=8192, config=None)]
+    assert _dispatch.problem_key(Problem("ab", "float64", 8, 8, update=True)) == "ab_update:float64:8x8"
+    assert np.all([e["source"] == "bench GPU 2026-11-22" for v in entries.values() for e in v])
