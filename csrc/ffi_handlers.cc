@@ -3,7 +3,6 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <limits>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -25,28 +24,10 @@ namespace {
 
 enum class Op { kAtb, kAb };
 
-constexpr int kMaxThreadsPerBlock = 1024;
 constexpr int kFinalizeThreads = 256;
-constexpr int64_t kMaxGridBlocks = std::numeric_limits<int32_t>::max();  // gridDim.x
-constexpr int32_t kMaxGridY = 65535;  // gridDim.y
 constexpr uintptr_t kVectorAlignment = 16;
 
 using Dims = ffi::AnyBuffer::Dimensions;
-
-// Bytes per element of the dtypes kernels are generated for; 0 for the others.
-int ElementBytes(ffi::DataType dtype) {
-  switch (dtype) {
-    case ffi::DataType::F32:
-      return 4;
-    case ffi::DataType::F64:
-    case ffi::DataType::C64:
-      return 8;
-    case ffi::DataType::C128:
-      return 16;
-    default:
-      return 0;
-  }
-}
 
 // The parameters a lowering passes along with the kernel it chose. The lowering
 // also fixes the grid (grid_k blocks per batch item along K) and sizes atb's
@@ -66,7 +47,7 @@ struct KernelAttrs {
 ffi::Error CheckAttrs(const KernelAttrs& attrs) {
   if (attrs.kernel.empty() || attrs.threads < 1 || attrs.threads > kMaxThreadsPerBlock ||
       attrs.shared_bytes < 0 || attrs.rows_per_chunk < 1 || attrs.grid_k < 1 ||
-      attrs.m_panels < 1 || attrs.m_panels > kMaxGridY) {
+      attrs.m_panels < 1 || attrs.m_panels > kMaxGridYZ) {
     return ffi::Error::InvalidArgument(
         "jax_tsmm: bad launch attributes for kernel '" + std::string(attrs.kernel) +
         "': threads " + std::to_string(attrs.threads) + ", shared_bytes " +
@@ -171,17 +152,6 @@ std::vector<BatchAxis> MergedBatchAxes(Dims a_dims, Dims b_dims, Dims out_dims) 
   return merged;
 }
 
-ffi::Error Launch(const void* function, int64_t blocks, int panels, int threads, int shared_bytes,
-                  TsmmArgs& args, cudaStream_t stream, std::string_view name,
-                  std::string_view library) {
-  void* params[] = {&args};
-  cudaError_t error = cudaLaunchKernel(function, dim3(static_cast<unsigned int>(blocks), panels),
-                                       dim3(threads), params, shared_bytes, stream);
-  if (error == cudaSuccess) error = cudaGetLastError();
-  if (error != cudaSuccess) return CudaFailure("cudaLaunchKernel", name, library, error);
-  return ffi::Error::Success();
-}
-
 // `partials`: atb's buffer of grid_k partial sums per batch item, used when
 // grid_k > 1. `update`: ab's fused update, or null.
 ffi::Error Tsmm(Op op, cudaStream_t stream, ffi::AnyBuffer a, ffi::AnyBuffer b, ffi::AnyBuffer out,
@@ -226,7 +196,7 @@ ffi::Error Tsmm(Op op, cudaStream_t stream, ffi::AnyBuffer a, ffi::AnyBuffer b, 
   }
   args.grid_k = attrs.grid_k;
   const int64_t blocks = args.grid_k * args.batch;
-  if (blocks > kMaxGridBlocks) {
+  if (blocks > kMaxGridX) {
     return ffi::Error::InvalidArgument("jax_tsmm: " + std::to_string(args.batch) +
                                        " batch items need more blocks than one launch can have");
   }
@@ -251,28 +221,21 @@ ffi::Error Tsmm(Op op, cudaStream_t stream, ffi::AnyBuffer a, ffi::AnyBuffer b, 
       error.failure()) {
     return error;
   }
-  int device = 0;
-  if (cudaError_t error = cudaGetDevice(&device); error != cudaSuccess) {
-    return CudaFailure("cudaGetDevice", attrs.kernel, attrs.library, error);
-  }
-  if (cudaError_t error = AllowDynamicSharedMemory(kernel.main, device, attrs.shared_bytes);
-      error != cudaSuccess) {
-    return CudaFailure("cudaFuncSetAttribute(MaxDynamicSharedMemorySize)", attrs.kernel,
-                       attrs.library, error);
-  }
-  if (ffi::Error error = Launch(kernel.main, blocks, attrs.m_panels, attrs.threads,
-                                attrs.shared_bytes, args, stream, attrs.kernel, attrs.library);
+  const dim3 grid(static_cast<unsigned int>(blocks), static_cast<unsigned int>(attrs.m_panels));
+  if (ffi::Error error = LaunchKernel(kernel.main, grid, attrs.threads, attrs.shared_bytes, &args,
+                                      stream, attrs.kernel, attrs.library);
       error.failure()) {
     return error;
   }
   if (!needs_finalize) return ffi::Error::Success();
   // One warp per output element.
   const int64_t finalize_blocks = CeilDiv(args.batch * matrix_elements * 32, kFinalizeThreads);
-  if (finalize_blocks > kMaxGridBlocks) {
+  if (finalize_blocks > kMaxGridX) {
     return ffi::Error::InvalidArgument("jax_tsmm: result too large for one finalize launch");
   }
-  return Launch(kernel.finalize, finalize_blocks, 1, kFinalizeThreads, 0, args, stream,
-                std::string(attrs.kernel) + "_finalize", attrs.library);
+  return LaunchKernel(kernel.finalize, dim3(static_cast<unsigned int>(finalize_blocks)),
+                      kFinalizeThreads, 0, &args, stream, std::string(attrs.kernel) + "_finalize",
+                      attrs.library);
 }
 
 ffi::Error TsmmAtbImpl(cudaStream_t stream, ffi::AnyBuffer a, ffi::AnyBuffer b,
@@ -359,7 +322,7 @@ ffi::Error StreamReadImpl(cudaStream_t stream, ffi::AnyBuffer x,
   }
   const int64_t blocks = out->element_count();
   if (blocks == 0) return ffi::Error::Success();
-  if (blocks > kMaxGridBlocks || !VectorAligned(x.untyped_data())) {
+  if (blocks > kMaxGridX || !VectorAligned(x.untyped_data())) {
     return ffi::Error::InvalidArgument(
         "jax_tsmm: tsmm_stream_read needs at most 2^31-1 blocks and a 16-byte aligned input");
   }

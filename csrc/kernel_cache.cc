@@ -120,17 +120,33 @@ ffi::Error FindKernel(std::string_view library, std::string_view name,
   return ffi::Error::Success();
 }
 
-cudaError_t AllowDynamicSharedMemory(const void* function, int device, int shared_bytes) {
-  if (shared_bytes <= kDefaultDynamicSharedBytes) return cudaSuccess;
-  Caches& caches = GetCaches();
-  std::lock_guard<std::mutex> lock(caches.mutex);
-  int& allowed = caches.shared_limits[{function, device}];
-  if (allowed >= shared_bytes) return cudaSuccess;
-  // Applies to the current device, which is `device`.
-  cudaError_t error =
-      cudaFuncSetAttribute(function, cudaFuncAttributeMaxDynamicSharedMemorySize, shared_bytes);
-  if (error == cudaSuccess) allowed = shared_bytes;
-  return error;
+ffi::Error LaunchKernel(const void* function, dim3 grid, int threads, int shared_bytes,
+                        void* args, cudaStream_t stream, std::string_view name,
+                        std::string_view library) {
+  if (shared_bytes > kDefaultDynamicSharedBytes) {
+    int device = 0;
+    if (cudaError_t error = cudaGetDevice(&device); error != cudaSuccess) {
+      return CudaFailure("cudaGetDevice", name, library, error);
+    }
+    Caches& caches = GetCaches();
+    std::lock_guard<std::mutex> lock(caches.mutex);
+    int& allowed = caches.shared_limits[{function, device}];
+    if (allowed < shared_bytes) {
+      // Applies to the current device, which is `device`.
+      cudaError_t error = cudaFuncSetAttribute(
+          function, cudaFuncAttributeMaxDynamicSharedMemorySize, shared_bytes);
+      if (error != cudaSuccess) {
+        return CudaFailure("cudaFuncSetAttribute(MaxDynamicSharedMemorySize)", name, library,
+                           error);
+      }
+      allowed = shared_bytes;
+    }
+  }
+  void* params[] = {args};
+  cudaError_t error = cudaLaunchKernel(function, grid, dim3(threads), params, shared_bytes, stream);
+  if (error == cudaSuccess) error = cudaGetLastError();
+  if (error != cudaSuccess) return CudaFailure("cudaLaunchKernel", name, library, error);
+  return ffi::Error::Success();
 }
 
 std::vector<std::string> PrebuiltKernelNames() {

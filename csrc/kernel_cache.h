@@ -1,4 +1,4 @@
-// Finding the generated kernels and the per-device facts their launches need.
+// Finding and launching the generated kernels.
 // Everything here is cached for the life of the process and safe to call from
 // several threads at once (XLA runs each device's work on its own thread).
 #pragma once
@@ -25,10 +25,12 @@ struct KernelEntry {
 xla::ffi::Error FindKernel(std::string_view library, std::string_view name,
                            bool needs_finalize, KernelEntry* entry);
 
-// Lets `function` be launched on `device` with `shared_bytes` of dynamic
-// shared memory, which needs an opt-in above the default 48 KiB.
-cudaError_t AllowDynamicSharedMemory(const void* function, int device,
-                                     int shared_bytes);
+// Launches `function` (from FindKernel) with `args`, its one by-value
+// parameter, opting in first where `shared_bytes` of dynamic shared memory
+// exceed the default 48 KiB; a failure names kernel `name` of `library`.
+xla::ffi::Error LaunchKernel(const void* function, dim3 grid, int threads,
+                             int shared_bytes, void* args, cudaStream_t stream,
+                             std::string_view name, std::string_view library);
 
 // Names of the kernels built into this module.
 std::vector<std::string> PrebuiltKernelNames();

@@ -7,7 +7,6 @@
 // lowering; the partial sums it needs are the call's second result.
 
 #include <cstdint>
-#include <limits>
 #include <string>
 #include <string_view>
 
@@ -24,17 +23,9 @@ namespace ffi = xla::ffi;
 namespace jax_tsmm {
 namespace {
 
-constexpr int kMaxThreadsPerBlock = 1024;
 constexpr int kFinalizeThreads = 256;  // codegen/mtsm.py FINALIZE_THREADS
-constexpr int64_t kMaxGridX = std::numeric_limits<int32_t>::max();
-constexpr int64_t kMaxGridYZ = 65535;
 
 using Dims = ffi::AnyBuffer::Dimensions;
-
-bool KernelDtype(ffi::DataType dtype) {
-  return dtype == ffi::DataType::F32 || dtype == ffi::DataType::F64 ||
-         dtype == ffi::DataType::C64 || dtype == ffi::DataType::C128;
-}
 
 ffi::Error Invalid(const std::string& why) {
   return ffi::Error::InvalidArgument("jax_tsmm: tsmm_mtsm: " + why);
@@ -53,16 +44,6 @@ int64_t BatchStride(Dims dims, Dims out_dims, int64_t matrix, bool* ok) {
   return equal ? matrix : 0;
 }
 
-ffi::Error Launch(const void* function, dim3 grid, int threads, int shared_bytes,
-                  TsmmMtsmArgs& args, cudaStream_t stream, std::string_view name,
-                  std::string_view library) {
-  void* params[] = {&args};
-  cudaError_t error = cudaLaunchKernel(function, grid, dim3(threads), params, shared_bytes, stream);
-  if (error == cudaSuccess) error = cudaGetLastError();
-  if (error != cudaSuccess) return CudaFailure("cudaLaunchKernel", name, library, error);
-  return ffi::Error::Success();
-}
-
 // a (batch..., M, K) or with transpose_a (batch..., K, M); x (batch..., K, N)
 // -> out (batch..., M, N); partials (splits * batch * M * N,) when splits > 1,
 // else (0,).
@@ -79,7 +60,7 @@ ffi::Error MtsmImpl(cudaStream_t stream, ffi::AnyBuffer a, ffi::AnyBuffer x,
                    std::to_string(chunk) + ", splits " + std::to_string(splits));
   }
   const ffi::DataType dtype = a.element_type();
-  if (!KernelDtype(dtype)) return Invalid("dtype must be float32, float64, complex64 or complex128");
+  if (ElementBytes(dtype) == 0) return Invalid("dtype must be float32, float64, complex64 or complex128");
   if (x.element_type() != dtype || out->element_type() != dtype || partials->element_type() != dtype) {
     return Invalid("operands and results must share one dtype");
   }
@@ -140,25 +121,18 @@ ffi::Error MtsmImpl(cudaStream_t stream, ffi::AnyBuffer a, ffi::AnyBuffer x,
       error.failure()) {
     return error;
   }
-  int device = 0;
-  if (cudaError_t error = cudaGetDevice(&device); error != cudaSuccess) {
-    return CudaFailure("cudaGetDevice", kernel, library, error);
-  }
-  if (cudaError_t error = AllowDynamicSharedMemory(entry.main, device, shared_bytes);
-      error != cudaSuccess) {
-    return CudaFailure("cudaFuncSetAttribute(MaxDynamicSharedMemorySize)", kernel, library, error);
-  }
   const dim3 grid(static_cast<unsigned int>(row_blocks), static_cast<unsigned int>(splits),
                   static_cast<unsigned int>(batch));
-  if (ffi::Error error = Launch(entry.main, grid, threads, shared_bytes, args, stream, kernel, library);
+  if (ffi::Error error =
+          LaunchKernel(entry.main, grid, threads, shared_bytes, &args, stream, kernel, library);
       error.failure()) {
     return error;
   }
   if (splits == 1) return ffi::Error::Success();
   const int64_t finalize_blocks = CeilDiv(batch * m * n, kFinalizeThreads);
   if (finalize_blocks > kMaxGridX) return shape_error("result too large for one finalize launch");
-  return Launch(entry.finalize, dim3(static_cast<unsigned int>(finalize_blocks)), kFinalizeThreads, 0,
-                args, stream, std::string(kernel) + "_finalize", library);
+  return LaunchKernel(entry.finalize, dim3(static_cast<unsigned int>(finalize_blocks)),
+                      kFinalizeThreads, 0, &args, stream, std::string(kernel) + "_finalize", library);
 }
 
 }  // namespace
