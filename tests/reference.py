@@ -258,3 +258,18 @@ def assert_tree_close(got, want, rtol, msg=""):
         assert g.dtype == w.dtype, f"{msg}: dtype {g.dtype} != {w.dtype}"
         scale = max(1.0, float(np.max(np.abs(w)))) if w.size else 1.0
         np.testing.assert_allclose(g, w, rtol=rtol, atol=rtol * scale, err_msg=msg)
+
+
+def assert_derivatives_match(ours, theirs, primals, tangents, rng, rtol):
+    """``ours`` and ``theirs`` (functions of the same operands) agree under jax.jvp,
+    jax.vjp (on a random cotangent), jax.linearize and the linearization's
+    transpose, which must give the VJP again."""
+    assert_tree_close(jax.jvp(ours, primals, tangents), jax.jvp(theirs, primals, tangents), rtol, "jvp")
+    out, vjp_ours = jax.vjp(ours, *primals)
+    _, vjp_theirs = jax.vjp(theirs, *primals)
+    ct = jnp.asarray(random_operand(rng, out.shape, out.dtype))
+    assert_tree_close(vjp_ours(ct), vjp_theirs(ct), rtol, "vjp")
+    out_ours, lin_ours = jax.linearize(ours, *primals)
+    out_theirs, lin_theirs = jax.linearize(theirs, *primals)
+    assert_tree_close((out_ours, lin_ours(*tangents)), (out_theirs, lin_theirs(*tangents)), rtol, "linearize")
+    assert_tree_close(jax.linear_transpose(lin_ours, *primals)(ct), vjp_theirs(ct), rtol, "linear_transpose")

@@ -27,6 +27,7 @@ from jax_tsmm._mtsm import select as mtsm_select
 from jax_tsmm.codegen import mtsm as mtsm_codegen
 from reference import (
     DERIVATIVE_RTOL,
+    assert_derivatives_match,
     assert_tree_close,
     random_jax_operands,
     ALL_DTYPES,
@@ -197,15 +198,7 @@ def test_jvp_vjp_linearize(dtype, transpose_a, conj):
     a, x, da, dx = random_jax_operands(rng, dtype, sa, sx, sa, sx)
     ft = functools.partial(jax_tsmm.mtsm, transpose_a=transpose_a, conj=conj)
     fj = functools.partial(mtsm_jnp, transpose_a=transpose_a, conj=conj)
-    rtol = DERIVATIVE_RTOL[np.dtype(dtype)]
-    assert_tree_close(jax.jvp(ft, (a, x), (da, dx)), jax.jvp(fj, (a, x), (da, dx)), rtol, "jvp")
-    out_t, vjp_t = jax.vjp(ft, a, x)
-    out_j, vjp_j = jax.vjp(fj, a, x)
-    ct = jnp.asarray(random_operand(rng, out_t.shape, dtype))
-    assert_tree_close(vjp_t(ct), vjp_j(ct), rtol, "vjp")
-    _, lin_t = jax.linearize(ft, a, x)
-    assert_tree_close(lin_t(da, dx), jax.jvp(fj, (a, x), (da, dx))[1], rtol, "linearize")
-    assert_tree_close(jax.linear_transpose(lin_t, a, x)(ct), vjp_j(ct), rtol, "linear_transpose")
+    assert_derivatives_match(ft, fj, (a, x), (da, dx), rng, DERIVATIVE_RTOL[np.dtype(dtype)])
 
 
 @pytest.mark.parametrize("transpose_a", (False, True))

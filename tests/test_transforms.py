@@ -19,6 +19,7 @@ from jax.test_util import check_grads
 import jax_tsmm
 from reference import (
     DERIVATIVE_RTOL,
+    assert_derivatives_match,
     assert_tree_close,
     random_jax_operands,
     OPS,
@@ -152,19 +153,7 @@ def test_jvp_vjp_linearize(op, dtype, conj):
                             (2, 30, 4), (30, 3) if op == "atb" else (4, 3))
     ft = (lambda p, q: jax_tsmm.atb(p, q, conj=conj)) if op == "atb" else jax_tsmm.ab
     fj = (lambda p, q: atb_jnp(p, q, conj=conj)) if op == "atb" else ab_jnp
-    rtol = DERIVATIVE_RTOL[np.dtype(dtype)]
-
-    assert_tree_close(jax.jvp(ft, (x, y), (dx, dy)), jax.jvp(fj, (x, y), (dx, dy)), rtol, "jvp")
-    out_t, vjp_t = jax.vjp(ft, x, y)
-    out_j, vjp_j = jax.vjp(fj, x, y)
-    ct = jnp.asarray(random_operand(rng, out_t.shape, dtype))
-    assert_tree_close(vjp_t(ct), vjp_j(ct), rtol, "vjp")
-    out_t, lin_t = jax.linearize(ft, x, y)
-    out_j, lin_j = jax.linearize(fj, x, y)
-    assert_tree_close((out_t, lin_t(dx, dy)), (out_j, lin_j(dx, dy)), rtol, "linearize")
-    # Transposing the linearization gives the VJP again.
-    lin_tt = jax.linear_transpose(lin_t, x, y)
-    assert_tree_close(lin_tt(ct), vjp_j(ct), rtol, "linear_transpose")
+    assert_derivatives_match(ft, fj, (x, y), (dx, dy), rng, DERIVATIVE_RTOL[np.dtype(dtype)])
 
 
 @pytest.mark.parametrize("op", OPS)
