@@ -63,6 +63,69 @@ __device__ __forceinline__ int tsmm_misalignment(const T* p) {
   return static_cast<int>((reinterpret_cast<unsigned long long>(p) % 16) / sizeof(T));
 }
 
+// The other direction, for ab's staged output: `count` elements gathered at
+// staged[shift + i] (dst's 16-byte window mirrored, as above) leave for dst[i]
+// as whole 16-byte vectors, the ragged ends element by element, each through
+// `epilogue(value, y_value)`. y (laid out like dst) is read only if non-null,
+// in vectors where its misalignment matches dst's.
+template <typename T>
+struct alignas(16) TsmmVector {
+  T e[16 / sizeof(T)];
+};
+// 16-byte global accesses in PTX, so that they stay single instructions even after
+// the compiler has split a vector's elements into registers.
+template <typename T>
+__device__ __forceinline__ TsmmVector<T> tsmm_load_global_vector(const T* p) {
+  unsigned long long bits[2];
+  asm volatile("ld.global.v2.b64 {%0, %1}, [%2];" : "=l"(bits[0]), "=l"(bits[1]) : "l"(__cvta_generic_to_global(p)));
+  TsmmVector<T> v;
+  memcpy(&v, bits, 16);
+  return v;
+}
+template <typename T>
+__device__ __forceinline__ void tsmm_store_global_vector(T* p, const TsmmVector<T>& v) {
+  unsigned long long bits[2];
+  memcpy(bits, &v, 16);
+  asm volatile("st.global.v2.b64 [%0], {%1, %2};" :: "l"(__cvta_generic_to_global(p)), "l"(bits[0]), "l"(bits[1])
+               : "memory");
+}
+
+template <int kThreads, typename T, typename Epilogue>
+__device__ __forceinline__ void tsmm_copy_out(T* dst, const T* y, const T* staged, int shift, int count,
+                                              Epilogue epilogue) {
+  constexpr int kVec = 16 / sizeof(T);
+  using Vector = TsmmVector<T>;
+  T* window = dst - shift;
+  const T* y_window = y != nullptr ? y - shift : nullptr;
+  const bool y_vectors = y != nullptr && tsmm_misalignment(y) == shift;
+  const int vectors = (shift + count + kVec - 1) / kVec;
+#pragma unroll 4
+  for (int v = threadIdx.x; v < vectors; v += kThreads) {
+    const int first = v * kVec - shift;
+    if (first >= 0 && first + kVec <= count) {
+      Vector value = *reinterpret_cast<const Vector*>(staged + v * kVec);
+      Vector y_value = value;
+      if (y_vectors) {
+        y_value = tsmm_load_global_vector(y_window + v * kVec);
+      } else if (y != nullptr) {
+#pragma unroll
+        for (int e = 0; e < kVec; ++e) y_value.e[e] = y_window[v * kVec + e];
+      }
+#pragma unroll
+      for (int e = 0; e < kVec; ++e) value.e[e] = epilogue(value.e[e], y_value.e[e]);
+      tsmm_store_global_vector(window + v * kVec, value);
+    } else {
+#pragma unroll
+      for (int e = 0; e < kVec; ++e) {
+        const int i = v * kVec + e;
+        if (first + e >= 0 && first + e < count) {
+          window[i] = epilogue(staged[i], y != nullptr ? y_window[i] : staged[i]);
+        }
+      }
+    }
+  }
+}
+
 // Stage `rows` rows of kCols elements at a row stride of kStride elements
 // (padding that spreads a column over the banks). Where rows are whole 16-byte
 // vectors in both layouts and the source is aligned, they move as 16-byte
@@ -88,9 +151,25 @@ __device__ __forceinline__ void tsmm_stage_copy_rows(T* dst, const T* src, int r
 }
 
 // D += A B on the FP64 tensor cores, one m8n8k4 step (fragments as in the PTX ISA).
+// Volatile keeps the products in program order, which keeps the compiler from
+// hoisting every fragment load ahead of them (more registers than two blocks have).
 __device__ __forceinline__ void tsmm_dmma(double& d0, double& d1, double a, double b) {
   asm volatile("mma.sync.aligned.m8n8k4.row.col.f64.f64.f64.f64 {%0,%1}, {%2}, {%3}, {%0,%1};\n"
                : "+d"(d0), "+d"(d1) : "d"(a), "d"(b));
+}
+
+// Two 8x8 blocks stacked along M that share B, as one m16n8k4 step on Hopper (A's
+// rows 0-7 in a0, 8-15 in a1; D's in d0,d1 and d2,d3): the tensor cores do twice
+// the work per instruction, where m8n8k4 issues half-empty.
+__device__ __forceinline__ void tsmm_dmma16(double& d0, double& d1, double& d2, double& d3,
+                                            double a0, double a1, double b) {
+#if __CUDA_ARCH__ >= 900
+  asm volatile("mma.sync.aligned.m16n8k4.row.col.f64.f64.f64.f64 {%0,%1,%2,%3}, {%4,%5}, {%6}, {%0,%1,%2,%3};\n"
+               : "+d"(d0), "+d"(d1), "+d"(d2), "+d"(d3) : "d"(a0), "d"(a1), "d"(b));
+#else
+  tsmm_dmma(d0, d1, a0, b);
+  tsmm_dmma(d2, d3, a1, b);
+#endif
 }
 
 // The fused update's scalar arithmetic, alpha * x and alpha * x + beta * y, for
@@ -148,6 +227,21 @@ class _Arith:
             f"{acc}.y = fma({a}.x, {b}.y, {acc}.y);",
             f"{acc}.y = fma({a}.y, {b}.x, {acc}.y);",
         ]
+
+
+def dmma_products(tm: int, tn: int, acc, a, b) -> list[str]:
+    """The DMMA steps of a tm x tn tile of 8x8 blocks; ``acc(i, j)`` names block
+    (i, j)'s accumulator pair (suffixes _0, _1), ``a(i)`` and ``b(j)`` its
+    fragments. Blocks i and i+1 share B, so each such pair is one m16n8k4."""
+    lines = []
+    for i in range(0, tm, 2):
+        for j in range(tn):
+            if i + 1 < tm:
+                lines.append(f"tsmm_dmma16({acc(i, j)}_0, {acc(i, j)}_1, {acc(i + 1, j)}_0, {acc(i + 1, j)}_1, "
+                             f"{a(i)}, {a(i + 1)}, {b(j)});")
+            else:
+                lines.append(f"tsmm_dmma({acc(i, j)}_0, {acc(i, j)}_1, {a(i)}, {b(j)});")
+    return lines
 
 
 def _indent(lines: list[str], depth: int) -> str:
@@ -380,7 +474,7 @@ def _atb_mma_body(spec: KernelSpec, ar: _Arith) -> tuple[list[str], list[tuple[s
         "  const bool inside = r + frag_k < rows;",
         *[f"  const double a{i} = inside ? sa[(r + frag_k) * {sa_stride} + col_a{i}] : 0.0;" for i in range(tm)],
         *[f"  const double b{j} = inside ? sb[(r + frag_k) * {sb_stride} + col_b{j}] : 0.0;" for j in range(tn)],
-        *[f"  tsmm_dmma(acc_{i}_{j}_0, acc_{i}_{j}_1, a{i}, b{j});" for i in range(tm) for j in range(tn)],
+        *["  " + line for line in dmma_products(tm, tn, lambda i, j: f"acc_{i}_{j}", lambda i: f"a{i}", lambda j: f"b{j}")],
         "};",
         "",
     ]
@@ -479,10 +573,12 @@ def _emit_ab(spec: KernelSpec) -> str:
             f"{e}* out = static_cast<{e}*>(args.out) + item * args.k * {p.n};",
             f"const {e}* y = static_cast<const {e}*>(args.y) + item * args.k * {p.n};",
             "const bool read_y = args.beta[0] != 0 || args.beta[1] != 0;",
-            f"auto update = [&]({e} acc, {e} y_value) {{",
-            "  return read_y ? tsmm_add(tsmm_scale(args.alpha, acc), tsmm_scale(args.beta, y_value))",
-            "                : tsmm_scale(args.alpha, acc);",
-            "};",
+            *([] if spec.config.stage_out else [
+                f"auto update = [&]({e} acc, {e} y_value) {{",
+                "  return read_y ? tsmm_add(tsmm_scale(args.alpha, acc), tsmm_scale(args.beta, y_value))",
+                "                : tsmm_scale(args.alpha, acc);",
+                "};",
+            ]),
         ]
     else:
         body += [f"{e}* __restrict__ out = static_cast<{e}*>(args.out) + item * args.k * {p.n};"]
@@ -505,10 +601,34 @@ def _emit_ab(spec: KernelSpec) -> str:
         "} else {",
         "  // Last, partial chunk: rows past the end are computed on stale shared data and not stored.",
         f"  for (int base = 0; base < rows; base += {spec.rows_per_pass}) {{",
-        *["    " + line for line in tile_pass(True)],
+        *["    " + line for line in tile_pass(not spec.config.stage_out)],
         "  }",
         "}",
     ]
+    if spec.config.stage_out:
+        body += [
+            f"{e}* sout = reinterpret_cast<{e}*>(tsmm_smem + {spec.shared_bytes - spec.out_stage_bytes});",
+            "// Chunks start a whole number of vectors into out: one shift serves them all.",
+            "const int out_shift = tsmm_misalignment(out);",
+        ]
+        copy_out = f"tsmm_copy_out<{spec.threads}>(out + row0 * {p.n}, {{}}, sout, out_shift, rows * {p.n}, {{}});"
+        no_y = f"static_cast<const {e}*>(nullptr)"
+        consume += [
+            "// Staged output: the chunk's rows of out are one contiguous span; once all tiles",
+            "// are in shared memory it leaves in whole 16-byte vectors (full sectors).",
+            "__syncthreads();",
+        ]
+        if p.update:  # the test of beta outside the loop keeps the stores whole vectors
+            consume += [
+                "if (read_y) {",
+                "  " + copy_out.format(f"y + row0 * {p.n}", f"[&]({e} acc, {e} y_value) {{ "
+                                       "return tsmm_add(tsmm_scale(args.alpha, acc), tsmm_scale(args.beta, y_value)); }"),
+                "} else {",
+                "  " + copy_out.format(no_y, f"[&]({e} acc, {e}) {{ return tsmm_scale(args.alpha, acc); }}"),
+                "}",
+            ]
+        else:
+            consume += [copy_out.format(no_y, f"[]({e} value, {e}) {{ return value; }}")]
     body += [""] + _pipeline(spec, [copy_a], consume)
     return _kernels(spec, [(spec.name, spec.threads, body)])
 
@@ -522,6 +642,14 @@ def _ab_store(spec: KernelSpec, ar: _Arith, tiles: list[tuple[tuple[str, ...], s
 
     def guarded(guard: str | None, line: str) -> str:
         return f"if ({guard}) {line}" if guard else line
+
+    if spec.config.stage_out:  # into the chunk's span in shared memory; the copy-out applies the update
+        def store(accs, row, col):
+            at = f"sout[out_shift + ({row}) * {p.n} + {col}]"
+            if len(accs) == 1:
+                return f"{at} = {accs[0]};"
+            return f"tsmm_store_pair(&{at}, out_pairs, {accs[0]}, {accs[1]});"
+        return [], [guarded(guard, store(accs, row, col)) for accs, row, col, guard in tiles]
 
     at = lambda row, col: f"(row0 + {row}) * {p.n} + {col}"  # noqa: E731
     prefetch = []
@@ -646,7 +774,7 @@ def _ab_mma_tiles(spec: KernelSpec, ar: _Arith):
         setup += [
             "// Even N: a lane's two neighbouring columns go out as one 16-byte access where aligned.",
             "const bool out_pairs = tsmm_misalignment(out) == 0;",
-            *(["const bool y_pairs = tsmm_misalignment(y) == 0;"] if p.update else []),
+            *(["const bool y_pairs = tsmm_misalignment(y) == 0;"] if p.update and not c.stage_out else []),
         ]
 
     def tile_pass(guard_rows: bool) -> list[str]:
@@ -673,7 +801,8 @@ def _ab_mma_tiles(spec: KernelSpec, ar: _Arith):
                 "{",
                 *[f"  const double a{i} = {inside}sa[(slab + {i * 8} + frag_row) * {stride} + {ks * 4} + frag_k]{' : 0.0' if inside else ''};"
                   for i in range(tm)],
-                *[f"  tsmm_dmma(acc_{i}_{j}_0, acc_{i}_{j}_1, a{i}, c_{ks}_{j});" for i in range(tm) for j in range(tn)],
+                *["  " + line for line in dmma_products(tm, tn, lambda i, j: f"acc_{i}_{j}", lambda i: f"a{i}",
+                                                         lambda j, ks=ks: f"c_{ks}_{j}")],
                 "}",
             ]
         return lines + stores
@@ -689,7 +818,9 @@ def _kernels(spec: KernelSpec, kernels: list[tuple[str, int | None, list[str]]])
         f"// threads={spec.threads} shared_bytes={spec.shared_bytes} rows_per_chunk={spec.rows_per_chunk}",
     ]
     for name, threads, body in kernels:
-        bounds = f"__launch_bounds__({threads}) " if threads else ""
+        # The blocks per SM the launch aims for cap the registers (a compiler free to
+        # hoist the DMMA fragments would otherwise take enough to halve them).
+        bounds = f"__launch_bounds__({threads}, {c.blocks_per_sm}) " if threads else ""
         parts += [
             f'extern "C" __global__ void {bounds}{name}(const TsmmArgs args) {{',
             _indent(body, 1),

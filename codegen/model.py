@@ -3,8 +3,9 @@
 The products are memory-bound, so the model aims for (1) enough bytes in flight
 per SM to cover DRAM latency, (2) few shared-memory loads per FMA (a square-ish
 register tile) without bank conflicts (padded rows), (3) several rows per
-thread per stage so the pipeline's fixed cost is amortized, (4) sector-wide
-stores for ab, and (5) register use that keeps two blocks resident.
+thread per stage so the pipeline's fixed cost is amortized, (4) whole-sector
+stores for ab (out staged in shared memory, leaving in 16-byte vectors), and
+(5) register use that keeps two blocks resident.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from .spec import Config, InvalidSpec, KernelSpec, Problem, validate
 TARGET_THREADS = 256
 MIN_THREADS = 128
 STAGE_BYTES = 32 * 1024  # 3 stages x 2 blocks per SM: ~128 KiB in flight covers Hopper's latency
+MIN_A_STAGE_BYTES = 8 * 1024  # ab: A's share of a stage when out is staged beside it
 STAGES = 3
 BLOCKS_PER_SM = 2
 ROWS_PER_THREAD = 4  # per stage, at least, for atb
@@ -47,6 +49,16 @@ def _rows_per_stage(problem: Problem, row_bytes: int, granule: int) -> int:
     return max(granule, rows // granule * granule)
 
 
+def _ab_staging(problem: Problem, a_row_bytes: int) -> tuple[int, bool]:
+    """(bytes per row a stage budgets for, stage_out): out is staged beside A's
+    rows unless that would leave a stage less than MIN_A_STAGE_BYTES of A (out
+    much wider than A), where the loads need the room to stay in flight."""
+    with_out = a_row_bytes + problem.n * problem.element_bytes
+    if STAGE_BYTES // with_out * a_row_bytes >= MIN_A_STAGE_BYTES:
+        return with_out, True
+    return a_row_bytes, False
+
+
 def _atb_config(problem: Problem, m_panels: int, widest: int) -> Config:
     panel_m = math.ceil(problem.m / m_panels)
     tile_m, tile_n = _split(panel_m, widest), _split(problem.n, widest)
@@ -66,16 +78,18 @@ def _atb_config(problem: Problem, m_panels: int, widest: int) -> Config:
 def _atb_mma_warp_tile(blocks_m: int, blocks_n: int) -> tuple[int, int]:
     """tile_m x tile_n blocks of 8x8 per warp. Up to 4x4 blocks (32x32): 2x4 (the
     shapes measured at 86-95 % of roofline). Wider: the tile of at most
-    MMA_TILE_BLOCKS blocks, in at most MMA_MAX_WARPS warps, that computes the
-    fewest blocks past M and N (each a whole DMMA wasted), then needs the fewest
-    fragment loads per DMMA; 4x4 where none fits."""
+    MMA_TILE_BLOCKS blocks, in at most MMA_MAX_WARPS warps, that issues the fewest
+    DMMA instructions (a pair of blocks stacked along M is one m16n8k4; blocks past
+    M and N are wasted work), then needs the fewest fragment loads per instruction;
+    4x4 where none fits."""
     if blocks_m * blocks_n > 16:
         tiles = [(tm, tn) for tm in range(1, blocks_m + 1) for tn in range(1, blocks_n + 1)
                  if tm * tn <= MMA_TILE_BLOCKS and math.ceil(blocks_m / tm) * math.ceil(blocks_n / tn) <= MMA_MAX_WARPS]
 
         def cost(tile):
             tm, tn = tile
-            return math.ceil(blocks_m / tm) * tm * math.ceil(blocks_n / tn) * tn, (tm + tn) / (tm * tn)
+            per_warp = math.ceil(tm / 2) * tn
+            return math.ceil(blocks_m / tm) * math.ceil(blocks_n / tn) * per_warp, (tm + tn) / per_warp
 
         if tiles:
             return min(tiles, key=cost)
@@ -100,10 +114,12 @@ def _atb_mma_config(problem: Problem) -> Config:
 
 
 def _ab_mma_config(problem: Problem) -> Config:
-    """DMMA: each warp 2 blocks of 8 columns of N with C's fragments in registers,
-    slabs of 8 rows (2 unless the registers would keep two blocks off an SM),
-    enough row groups of warps for ~TARGET_THREADS threads."""
-    tile_n = min(math.ceil(problem.n / 8), 2)
+    """DMMA: each warp 2 blocks of 8 columns of N with C's fragments in registers
+    (1 beyond M = 48, where C's fragments of two blocks and the A fragments the
+    compiler keeps in flight would spill under two blocks' share of registers),
+    slabs of 8 rows (2, one m16n8k4, unless the registers would keep two blocks
+    off an SM), enough row groups of warps for ~TARGET_THREADS threads."""
+    tile_n = min(math.ceil(problem.n / 8), 2 if problem.m <= 48 else 1)
     warps_n = math.ceil(math.ceil(problem.n / 8) / tile_n)
     row_groups = max(1, TARGET_THREADS // (32 * warps_n))
     for tile_m in (2, 1):
@@ -114,9 +130,9 @@ def _ab_mma_config(problem: Problem) -> Config:
         if probe.threads * probe.estimated_registers() * BLOCKS_PER_SM <= 65536:
             break
     # At least two passes per stage: half the barriers per row of a one-pass stage.
-    rows = max(2 * probe.rows_per_pass,
-               _rows_per_stage(problem, probe.smem_stride(problem.m) * problem.element_bytes, probe.rows_per_pass))
-    return dataclasses.replace(config, rows_per_stage=rows)
+    row_bytes, stage_out = _ab_staging(problem, probe.smem_stride(problem.m) * problem.element_bytes)
+    rows = max(2 * probe.rows_per_pass, _rows_per_stage(problem, row_bytes, probe.rows_per_pass))
+    return dataclasses.replace(config, rows_per_stage=rows, stage_out=stage_out)
 
 
 def default_config(problem: Problem) -> Config:
@@ -141,17 +157,18 @@ def default_config(problem: Problem) -> Config:
         # Rows: a tile of about widest²/4 accumulators.
         tile_m = max(1, min(widest, widest * widest // 4 // tile_n))
         row_groups = max(1, round(TARGET_THREADS / lanes))
-        # A stage must hold one pass of the block's row tiles.
-        stage_rows = max(1, STAGE_BYTES // (problem.m * problem.element_bytes))
+        # A stage (A's rows, and out's if staged) must hold one pass of the block's row tiles.
+        row_bytes, stage_out = _ab_staging(problem, problem.m * problem.element_bytes)
+        stage_rows = max(1, STAGE_BYTES // row_bytes)
         tile_m = max(1, min(tile_m, stage_rows // row_groups))
         row_groups = max(1, min(row_groups, stage_rows // tile_m))
-        rows = _rows_per_stage(problem, problem.m * problem.element_bytes, row_groups * tile_m)
+        rows = _rows_per_stage(problem, row_bytes, row_groups * tile_m)
         # A large C would crowd out the stages: read it through L1 instead.
         c_bytes = problem.m * problem.n * problem.element_bytes
         c_source = "shared" if c_bytes <= C_SHARED_LIMIT else "global"
         config = Config(tile_m=tile_m, tile_n=tile_n, row_groups=row_groups, rows_per_stage=rows,
                         stages=STAGES, unroll=min(problem.m, 4), c_source=c_source, padded=True,
-                        blocks_per_sm=BLOCKS_PER_SM)
+                        stage_out=stage_out, blocks_per_sm=BLOCKS_PER_SM)
     return _shrink_to_fit(problem, config)
 
 

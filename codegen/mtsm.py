@@ -38,7 +38,7 @@ import pathlib
 from dataclasses import dataclass
 
 from .abi import PRELUDE
-from .emit import _STAGE_COPY
+from .emit import _STAGE_COPY, dmma_products
 from .spec import DTYPES, MAX_REGISTERS, MAX_SHARED_BYTES, MAX_THREADS, VECTOR_BYTES, ElementType, InvalidSpec
 
 MAX_N = 64
@@ -818,7 +818,7 @@ def _emit_mma(spec: MtsmSpec, ar: _Arith) -> list[str]:
         "  const int kk = s * 4 + frag_k;  // this lane's entry of K",
         *[f"  const double a{i} = {a_fragment(i)};" for i in range(tm)],
         *[f"  const double b{j} = sx[kk * {xs} + {j * 8} + lane / 4];" for j in range(nb)],
-        *[f"  tsmm_dmma(acc_{i}_{j}_0, acc_{i}_{j}_1, a{i}, b{j});" for i in range(tm) for j in range(nb)],
+        *["  " + line for line in dmma_products(tm, nb, lambda i, j: f"acc_{i}_{j}", lambda i: f"a{i}", lambda j: f"b{j}")],
         "}",
     ]
     body += _pipeline(spec, a_copy + _x_copy(spec, ar, zero_tail=True), consume)

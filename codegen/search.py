@@ -43,6 +43,10 @@ def score(spec: KernelSpec) -> float:
     return reuse * latency * useful * min(1.0, warps / 16)
 
 
+def _stage_outs(problem: Problem) -> tuple[bool, ...]:
+    return (True, False) if problem.op == "ab" else (False,)
+
+
 def _mma_candidates(problem: Problem) -> dict[Config, float]:
     """DMMA configurations (float64), scored like the rest with the tensor cores'
     doubled rate counted as twice the reuse."""
@@ -50,16 +54,17 @@ def _mma_candidates(problem: Problem) -> dict[Config, float]:
     atb = problem.op == "atb"
     probe = KernelSpec(problem, Config(tile_m=1, tile_n=1, mma=True, rows_per_stage=8, row_groups=1, c_source="global"))
     row_bytes = (probe.smem_stride(problem.m) + (probe.smem_stride(problem.n) if atb else 0)) * problem.element_bytes
-    for tile_m, tile_n, row_groups, stage_bytes, stages, blocks in itertools.product(
-        range(1, 8), range(1, 8), (1, 2, 4, 8), STAGE_BYTES, (2, 3, 4), (1, 2, 3),
+    out_row_bytes = problem.n * problem.element_bytes
+    for tile_m, tile_n, row_groups, stage_bytes, stages, blocks, stage_out in itertools.product(
+        range(1, 8), range(1, 8), (1, 2, 4, 8), STAGE_BYTES, (2, 3, 4), (1, 2, 3), _stage_outs(problem),
     ):
         if tile_m * tile_n > 16:
             continue
         per_pass = 4 * row_groups if atb else 8 * tile_m * row_groups
-        rows = max(per_pass, stage_bytes // row_bytes // per_pass * per_pass)
+        rows = max(per_pass, stage_bytes // (row_bytes + stage_out * out_row_bytes) // per_pass * per_pass)
         config = Config(tile_m=tile_m, tile_n=tile_n, mapping="blocked", row_groups=row_groups,
                         rows_per_stage=rows, stages=stages, unroll=2 if atb else 1, mma=True,
-                        c_source="shared" if atb else "global", blocks_per_sm=blocks)
+                        c_source="shared" if atb else "global", stage_out=stage_out, blocks_per_sm=blocks)
         spec = KernelSpec(problem, config)
         try:
             validate(spec)
@@ -75,19 +80,19 @@ def candidates(problem: Problem, limit: int = 16) -> list[Config]:
     found = {}
     inner = _tile_widths(problem.m) if problem.op == "atb" else [1, 2, 4, 8]
     paddings = (True, False) if problem.m % 2 == 0 or (problem.op == "atb" and problem.n % 2 == 0) else (False,)
-    for tile_m, tile_n, row_groups, stage_bytes, stages, mapping, unroll, blocks, padded in itertools.product(
+    for tile_m, tile_n, row_groups, stage_bytes, stages, mapping, unroll, blocks, padded, stage_out in itertools.product(
         inner, _tile_widths(problem.n), (1, 2, 4, 8, 16, 32, 64, 128, 256),
-        STAGE_BYTES, (2, 3, 4), ("interleaved", "blocked"), (1, 2, 4), (1, 2, 3, 4), paddings,
+        STAGE_BYTES, (2, 3, 4), ("interleaved", "blocked"), (1, 2, 4), (1, 2, 3, 4), paddings, _stage_outs(problem),
     ):
         per_pass = row_groups * (tile_m if problem.op == "ab" else 1)
-        row_bytes = (problem.m + (problem.n if problem.op == "atb" else 0)) * problem.element_bytes
+        row_bytes = (problem.m + (problem.n if problem.op == "atb" or stage_out else 0)) * problem.element_bytes
         granule = math.lcm(per_pass, problem.vector_elements)
         rows = max(granule, stage_bytes // row_bytes // granule * granule)
         c_bytes = problem.m * problem.n * problem.element_bytes
         config = Config(tile_m=tile_m, tile_n=tile_n, mapping=mapping, row_groups=row_groups,
                         rows_per_stage=rows, stages=stages, unroll=unroll,
                         c_source="shared" if c_bytes <= 48 * 1024 else "global",
-                        padded=padded, blocks_per_sm=blocks)
+                        padded=padded, stage_out=stage_out, blocks_per_sm=blocks)
         spec = KernelSpec(problem, config)
         if not 64 <= spec.threads <= 1024:
             continue
@@ -104,7 +109,7 @@ def candidates(problem: Problem, limit: int = 16) -> list[Config]:
     ranked, seen = [], set()
     for config in sorted(found, key=found.get, reverse=True):
         shape = (config.tile_m, config.tile_n, config.row_groups, config.rows_per_stage, config.stages,
-                 config.padded, config.mma)
+                 config.padded, config.mma, config.stage_out)
         if shape not in seen:
             seen.add(shape)
             ranked.append(config)

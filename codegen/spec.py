@@ -93,6 +93,11 @@ class Config:
                      holds C in registers and turns tile_m slabs of 8 rows
                      into tile_m x tile_n 8x8 blocks of out; C is read from
                      global memory once (c_source "global").
+    stage_out        ab only: each chunk's rows of out are gathered in shared memory
+                     and leave as one contiguous span in 16-byte vectors (the
+                     fused update's y read the same way), instead of each
+                     thread storing its own tile: whole-sector writes whatever
+                     the parity of N and the fragment layout.
     m_panels         atb only: the M rows of the result are split into this many
                      panels, one per blockIdx.y, when one block's registers
                      cannot hold all of them (each panel streams A and B again).
@@ -109,6 +114,7 @@ class Config:
     c_source: str = "shared"
     padded: bool = False
     mma: bool = False
+    stage_out: bool = False
     m_panels: int = 1
     blocks_per_sm: int = 2
 
@@ -199,6 +205,14 @@ class KernelSpec:
         return _round_up(p.m * p.n * p.element_bytes, VECTOR_BYTES)
 
     @property
+    def out_stage_bytes(self) -> int:
+        """ab with stage_out: one chunk of out, as the aligned window of the span."""
+        p = self.problem
+        if p.op != "ab" or not self.config.stage_out:
+            return 0
+        return (_round_up(self.config.rows_per_stage * p.n, p.vector_elements) + p.vector_elements) * p.element_bytes
+
+    @property
     def reduction_bytes(self) -> int:
         p = self.problem
         return (self.config.row_groups - 1) * self.panel_m * p.n * p.element_bytes if p.op == "atb" else 0
@@ -206,9 +220,9 @@ class KernelSpec:
     @property
     def shared_bytes(self) -> int:
         """Dynamic shared memory: the stage ring (reused for atb's block-local
-        reduction once the ring is drained) plus ab's copy of C."""
+        reduction once the ring is drained) plus ab's copy of C and chunk of out."""
         ring = self.config.stages * self.stage_bytes
-        return max(ring, self.reduction_bytes) + self.c_shared_bytes
+        return max(ring, self.reduction_bytes) + self.c_shared_bytes + self.out_stage_bytes
 
     def estimated_registers(self) -> int:
         """32-bit registers per thread: accumulators and operand registers of one
@@ -219,7 +233,7 @@ class KernelSpec:
         operands = (c.tile_m + c.tile_n) * words
         if c.mma and p.op == "ab":  # C's fragments stay in registers
             operands = (c.tile_m + _ceil_div(p.m, 4) * c.tile_n) * words
-        update_tile = outputs * words if p.update else 0  # y, loaded ahead
+        update_tile = outputs * words if p.update and not c.stage_out else 0  # y, loaded ahead
         return outputs * words + operands + update_tile + 40
 
     @property
@@ -257,6 +271,8 @@ def validate(spec: KernelSpec) -> None:
         errors.append("conj applies to complex dtypes only")
     if p.update and p.op != "ab":
         errors.append("update applies to ab only")
+    if c.stage_out and p.op != "ab":
+        errors.append("stage_out applies to ab only")
     if c.mapping not in ("interleaved", "blocked"):
         errors.append(f"mapping must be 'interleaved' or 'blocked', got {c.mapping!r}")
     if c.c_source not in ("shared", "global"):

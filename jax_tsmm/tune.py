@@ -37,13 +37,17 @@ from jax_tsmm.codegen.search import candidates
 K_RANGES = ((0, 1 << 16), (1 << 18, 1 << 20), (1 << 22, None))
 
 
-def tune_problem(problem: Problem, ceilings: dict, limit: int, arch: str) -> list[dict]:
+def tune_problem(problem: Problem, ceilings: dict, limit: int, arch: str, k_min: int = 0) -> list[dict]:
+    """Entries for the K ranges from ``k_min`` up: the fastest of ``limit`` candidates
+    in each, or XLA where it measured faster."""
     dtype = np.dtype(problem.dtype)
     configs = candidates(problem, limit)
     _kernels.precompile([KernelSpec(problem, c) for c in configs], arch)
     ours, xla = bench.operations(problem.op)
     entries = []
-    for k_min, k_sample in K_RANGES:
+    for range_min, k_sample in K_RANGES:
+        if range_min < k_min:
+            continue
         k = k_sample or bench.problem_rows(problem.m, problem.n, dtype)
         sets = bench.operand_sets(problem.op, dtype, problem.m, problem.n, k, seed=k)
         roof = bench.roofline_seconds(problem.op, dtype, problem.m, problem.n, k, ceilings)
@@ -53,16 +57,17 @@ def tune_problem(problem: Problem, ceilings: dict, limit: int, arch: str) -> lis
             spec = KernelSpec(problem, config)
             with _dispatch.forced(spec):  # each timing traces a fresh jitted loop
                 timings.append((bench.seconds_per_call(ours, sets, roof), config))
+            print(f"    {timings[-1][0] * 1e3:8.3f} ms ({100 * roof / timings[-1][0]:5.1f}%)  {config}", flush=True)
         best_s, best = min(timings, key=lambda t: t[0])
         entries.append({
-            "k_min": k_min, "k_tuned": k,
+            "k_min": range_min, "k_tuned": k,
             "config": dataclasses.asdict(best) if best_s < xla_s else None,
             "tsmm_s": best_s, "tsmm_pct": 100 * roof / best_s,
             "xla_s": xla_s, "xla_pct": 100 * roof / xla_s,
             "candidates": len(configs),
         })
         del sets
-        print(f"  K>={k_min:<8} K={k:<10} best {best_s * 1e3:8.3f} ms ({100 * roof / best_s:5.1f}%)  "
+        print(f"  K>={range_min:<8} K={k:<10} best {best_s * 1e3:8.3f} ms ({100 * roof / best_s:5.1f}%)  "
               f"xla {xla_s * 1e3:8.3f} ms ({100 * roof / xla_s:5.1f}%)", flush=True)
     return entries
 
@@ -95,6 +100,11 @@ def entries_from_bench(reports: list[dict]) -> dict[str, list[dict]]:
     return {key: [by_k[k] for k in sorted(by_k)] for key, by_k in measured.items()}
 
 
+def _tuned_already(entries: list[dict]) -> bool:
+    """Whether the tuner wrote these entries (bench-made ones are tuned over)."""
+    return bool(entries) and not any(entry.get("source", "").startswith("bench") for entry in entries)
+
+
 def _save(path: pathlib.Path, db: dict) -> None:
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(db, indent=1, sort_keys=True))
@@ -108,6 +118,8 @@ def main(argv=None) -> None:
     parser.add_argument("--shapes", default="1-64", help="M = N values, e.g. 1-64 or 3,8")
     parser.add_argument("--candidates", type=int, default=12)
     parser.add_argument("--db", type=pathlib.Path, default=None)
+    parser.add_argument("--k-min", type=int, default=0,
+                        help="tune only the K ranges from this one up (a quick look at large K)")
     parser.add_argument("--from-bench", type=pathlib.Path, nargs="+", default=None,
                         help="record bench reports' measurements instead of tuning")
     args = parser.parse_args(argv)
@@ -116,8 +128,7 @@ def main(argv=None) -> None:
         db = json.loads(path.read_text()) if path.exists() else {"entries": {}}
         reports = [json.loads(p.read_text()) for p in args.from_bench]
         for key, entries in entries_from_bench(reports).items():
-            old = db["entries"].get(key, [])
-            if all(entry.get("source", "").startswith("bench") for entry in old):  # tuned entries stay
+            if not _tuned_already(db["entries"].get(key, [])):  # tuned entries stay
                 db["entries"][key] = entries
         _save(path, db)
         return
@@ -135,10 +146,10 @@ def main(argv=None) -> None:
                 for w in bench.parse_widths(args.shapes)]
     for index, problem in enumerate(problems):
         key = _dispatch.problem_key(problem)
-        if key in db["entries"]:
-            continue  # resume: tuned already
+        if _tuned_already(db["entries"].get(key, [])):
+            continue  # resume
         print(f"[{index + 1}/{len(problems)}] {key}", flush=True)
-        db["entries"][key] = tune_problem(problem, ceilings, args.candidates, arch)
+        db["entries"][key] = tune_problem(problem, ceilings, args.candidates, arch, args.k_min)
         db["date"] = str(datetime.date.today())
         _save(path, db)
 

@@ -6,7 +6,8 @@
 #
 # Steps: tests [ARGS] (pytest -m gpu), suite (the whole pytest suite on the GPU),
 # sanitize (compute-sanitizer on a kernel sample), bench ARGS (repeatable),
-# tune ARGS.
+# tune ARGS, profile SHAPES and profile_xla SHAPES (Nsight
+# Compute; scripts/profile_kernels.py).
 set -uo pipefail
 OUT=${OUT:-/tmp/jax_tsmm_out}
 mkdir -p "$OUT"
@@ -26,7 +27,7 @@ step() {  # step NAME COMMAND...: run with a log, record status and seconds
 
 nvidia-smi --query-gpu=name,memory.total,clocks.max.sm,driver_version --format=csv,noheader >> "$summary"
 step build python3 -m pip install --no-build-isolation --no-deps -v -e . || { tail -40 "$OUT/build.log"; cat "$summary"; exit 1; }
-benches=0
+benches=0 tunes=0
 for item in "$@"; do
   read -r name args <<< "$item"
   case $name in
@@ -36,7 +37,19 @@ for item in "$@"; do
     bench)  # bench, bench2, ...: one JSON, Markdown and PNG each
       benches=$((benches + 1)); [ $benches -gt 1 ] && name=bench$benches
       step $name python3 -m jax_tsmm.bench $args --json "$OUT/$name.json" --plot "$OUT/$name.png" ;;
-    tune) step tune python3 -m jax_tsmm.tune $args; cp jax_tsmm/tuning/*.json "$OUT/" ;;
+    profile|profile_xla)  # Nsight Compute, one process per op:dtype:M:N (model kernels, or XLA's dot)
+      filter=regex:tsmm_; flags=""
+      [ $name = profile_xla ] && { filter="regex:gemm|gemv|dot|cutlass|xmma"; flags=--xla; }
+      for shape in $args; do
+        step "${name}_${shape//:/_}" timeout 120 ncu --clock-control none --kernel-name "$filter" \
+          --section SpeedOfLight --section MemoryWorkloadAnalysis --section ComputeWorkloadAnalysis \
+          --section Occupancy --section LaunchStats --section WarpStateStats --section SchedulerStats \
+          python3 scripts/profile_kernels.py $flags $shape
+      done
+      name=${name}_${shape//:/_} ;;
+    tune)  # tune, tune2, ...: the database after each is copied out
+      tunes=$((tunes + 1)); [ $tunes -gt 1 ] && name=tune$tunes
+      step $name python3 -m jax_tsmm.tune $args; cp jax_tsmm/tuning/sm_90.json "$OUT/$name-sm_90.json" ;;
     *) echo "unknown step $name" >> "$summary"; continue ;;
   esac
   tail -25 "$OUT/$name.log"
