@@ -158,7 +158,11 @@ def default_config(problem: Problem) -> Config:
         tile_m = max(1, min(widest, widest * widest // 4 // tile_n))
         row_groups = max(1, round(TARGET_THREADS / lanes))
         # A stage (A's rows, and out's if staged) must hold one pass of the block's row tiles.
+        # Rows of out that are whole 16-byte vectors already leave in full sectors from
+        # the register tiles; others are staged.
         row_bytes, stage_out = _ab_staging(problem, problem.m * problem.element_bytes)
+        if problem.n * problem.element_bytes % 16 == 0:
+            row_bytes, stage_out = problem.m * problem.element_bytes, False
         stage_rows = max(1, STAGE_BYTES // row_bytes)
         tile_m = max(1, min(tile_m, stage_rows // row_groups))
         row_groups = max(1, min(row_groups, stage_rows // tile_m))
