@@ -25,8 +25,12 @@ ROWS_PER_THREAD = 4  # per stage, at least, for atb
 SECTOR_BYTES = 32  # ab: neighbouring threads store at least one full sector of a row
 SHARED_BUDGET = 112 * 1024  # two blocks per SM
 C_SHARED_LIMIT = 48 * 1024
-# float64 wider than 16 x 16 turns compute-bound on the FMA units: use DMMA.
+# float64 wider than 16 x 16 turns compute-bound on the FMA units: use DMMA. atb
+# from 9 x 9 too: measured on an H100 (2026-11-22, tune) at 92-95 % of roofline
+# against 81-88 % for the FMA tiles, its block reduction being the lighter one.
 MMA_MIN_OUTPUTS = 16 * 16
+ATB_MMA_MIN_OUTPUTS = 8 * 8
+ATB_MMA_MIN_WIDTH = 5  # narrower, most of each 8-wide block would be waste
 MMA_TILE_BLOCKS = 8  # 8x8 blocks per warp beyond 32x32: 32 accumulator registers
 MMA_MAX_WARPS = 8
 MMA_MIN_WARPS = 8  # per block beyond 32x32; the widths up to 32x32, which ran well, had 8 to 12
@@ -138,7 +142,8 @@ def _ab_mma_config(problem: Problem) -> Config:
 def default_config(problem: Problem) -> Config:
     """A valid configuration for ``problem`` from the model above."""
     widest = _widest_tile(problem)
-    if problem.dtype == "float64" and problem.m * problem.n > MMA_MIN_OUTPUTS:
+    atb_mma = problem.m * problem.n > ATB_MMA_MIN_OUTPUTS and min(problem.m, problem.n) >= ATB_MMA_MIN_WIDTH
+    if problem.dtype == "float64" and (problem.m * problem.n > MMA_MIN_OUTPUTS or problem.op == "atb" and atb_mma):
         mma_config = _atb_mma_config if problem.op == "atb" else _ab_mma_config
         return _shrink_to_fit(problem, mma_config(problem))
     if problem.op == "atb":
