@@ -14,7 +14,8 @@ XLA. Finished problems are kept, so an interrupted run resumes.
 ``--from-bench`` records the measurements of ``python -m jax_tsmm.bench --model``
 runs (the model's kernel against XLA on the same inputs, its K-sweep too) as
 one-candidate entries for problems the tuner has not covered, replacing older
-bench entries, so that dispatch falls back to XLA wherever XLA measured faster.
+bench entries of the same K range, so that dispatch falls back to XLA wherever
+XLA measured faster.
 """
 
 from __future__ import annotations
@@ -128,8 +129,10 @@ def main(argv=None) -> None:
         db = json.loads(path.read_text()) if path.exists() else {"entries": {}}
         reports = [json.loads(p.read_text()) for p in args.from_bench]
         for key, entries in entries_from_bench(reports).items():
-            if not _tuned_already(db["entries"].get(key, [])):  # tuned entries stay
-                db["entries"][key] = entries
+            old = db["entries"].get(key, [])
+            if not _tuned_already(old):  # tuned entries stay; newer bench rows replace their K range's
+                by_k = {entry["k_min"]: entry for entry in old} | {entry["k_min"]: entry for entry in entries}
+                db["entries"][key] = [by_k[k] for k in sorted(by_k)]
         _save(path, db)
         return
     jax.config.update("jax_enable_x64", True)
