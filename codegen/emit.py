@@ -151,8 +151,6 @@ __device__ __forceinline__ void tsmm_stage_copy_rows(T* dst, const T* src, int r
 }
 
 // D += A B on the FP64 tensor cores, one m8n8k4 step (fragments as in the PTX ISA).
-// Volatile keeps the products in program order, which keeps the compiler from
-// hoisting every fragment load ahead of them (more registers than two blocks have).
 __device__ __forceinline__ void tsmm_dmma(double& d0, double& d1, double a, double b) {
   asm volatile("mma.sync.aligned.m8n8k4.row.col.f64.f64.f64.f64 {%0,%1}, {%2}, {%3}, {%0,%1};\n"
                : "+d"(d0), "+d"(d1) : "d"(a), "d"(b));
@@ -818,8 +816,8 @@ def _kernels(spec: KernelSpec, kernels: list[tuple[str, int | None, list[str]]])
         f"// threads={spec.threads} shared_bytes={spec.shared_bytes} rows_per_chunk={spec.rows_per_chunk}",
     ]
     for name, threads, body in kernels:
-        # The blocks per SM the launch aims for cap the registers (a compiler free to
-        # hoist the DMMA fragments would otherwise take enough to halve them).
+        # The blocks per SM the launch aims for cap the registers: uncapped, DMMA ab at
+        # 58x58 with two column blocks per warp took 162, too many for two blocks.
         bounds = f"__launch_bounds__({threads}, {c.blocks_per_sm}) " if threads else ""
         parts += [
             f'extern "C" __global__ void {bounds}{name}(const TsmmArgs args) {{',

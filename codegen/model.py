@@ -27,7 +27,7 @@ SHARED_BUDGET = 112 * 1024  # two blocks per SM
 C_SHARED_LIMIT = 48 * 1024
 # float64 wider than 16 x 16 turns compute-bound on the FMA units: use DMMA. atb
 # from 9 x 9 too: measured on an H100 (2026-11-22, tune) at 92-95 % of roofline
-# against 81-88 % for the FMA tiles, its block reduction being the lighter one.
+# against 81-88 % for the FMA tiles.
 MMA_MIN_OUTPUTS = 16 * 16
 ATB_MMA_MIN_OUTPUTS = 8 * 8
 ATB_MMA_MIN_WIDTH = 5  # narrower, most of each 8-wide block would be waste

@@ -5,6 +5,7 @@ database entries made from bench reports."""
 from __future__ import annotations
 
 import dataclasses
+import json
 
 import numpy as np
 import pytest
@@ -61,3 +62,21 @@ def test_entries_from_bench():
     assert entries["mtsm_t:float32:n4"] == [dict(entries["mtsm_t:float32:n4"][0], k_min=8192, config=None)]
     assert _dispatch.problem_key(Problem("ab", "float64", 8, 8, update=True)) == "ab_update:float64:8x8"
     assert np.all([e["source"] == "bench GPU 2026-11-22" for v in entries.values() for e in v])
+
+
+def test_from_bench_replaces_only_the_k_ranges_it_measured(tmp_path):
+    config = dataclasses.asdict(default_config(Problem("atb", "float64", 7, 5)))
+    report = {"device": "GPU", "date": "2026-11-22",
+              "rows": [_row("atb", "float64", 7, 5, 10**7, 1.0, 2.0, config),
+                       _row("ab", "float64", 7, 5, 10**7, 1.0, 2.0, config)]}
+    (tmp_path / "report.json").write_text(json.dumps(report))
+    largest = tune.K_RANGES[-1][0]
+    old = {"k_min": 1024, "config": None, "source": "bench GPU 2026-11-21"}
+    stale = {"k_min": largest, "config": None, "source": "bench GPU 2026-11-21"}
+    tuned = {"k_min": 0, "config": config}  # the tuner's: never replaced by bench rows
+    db = tmp_path / "db.json"
+    db.write_text(json.dumps({"entries": {"atb:float64:7x5": [old, stale], "ab:float64:7x5": [tuned]}}))
+    tune.main(["--from-bench", str(tmp_path / "report.json"), "--db", str(db)])
+    entries = json.loads(db.read_text())["entries"]
+    assert [(e["k_min"], e["config"] is not None) for e in entries["atb:float64:7x5"]] == [(1024, False), (largest, True)]
+    assert entries["ab:float64:7x5"] == [tuned]
