@@ -193,12 +193,11 @@ class _Arith:
     """Code snippets for the element type: real scalars, or complex as float2/double2
     (.x real, .y imaginary) with the complex product written out in real FMAs."""
 
-    def __init__(self, spec: KernelSpec):
-        p = spec.problem
-        self.real = p.real_type
-        self.complex = p.components == 2
+    def __init__(self, problem):  # a Problem or an MtsmProblem
+        self.real = problem.real_type
+        self.complex = problem.components == 2
         self.elem = f"{self.real}2" if self.complex else self.real
-        self.conj = p.conj
+        self.conj = problem.conj
 
     def zero(self) -> str:
         return f"make_{self.elem}(0, 0)" if self.complex else "0"
@@ -355,7 +354,7 @@ def _pipeline(spec: KernelSpec, issue: list[str], consume: list[str]) -> list[st
 
 
 def _emit_atb(spec: KernelSpec) -> str:
-    ar = _Arith(spec)
+    ar = _Arith(spec.problem)
     body, outputs = (_atb_mma_body if spec.config.mma else _atb_fma_body)(spec, ar)
     body += _atb_block_reduction(spec, ar, outputs)
     return _kernels(spec, [(spec.name, spec.threads, body), (spec.name + "_finalize", None, _atb_finalize(spec, ar))])
@@ -558,7 +557,7 @@ def _emit_ab(spec: KernelSpec) -> str:
     """Rows of A staged through the ring; each pass of the block's threads turns
     `rows_per_pass` staged rows into rows of out (FMA register tiles or DMMA)."""
     p = spec.problem
-    ar = _Arith(spec)
+    ar = _Arith(spec.problem)
     e = ar.elem
     passes = spec.rows_per_chunk // spec.rows_per_pass
 

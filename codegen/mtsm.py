@@ -38,8 +38,9 @@ import pathlib
 from dataclasses import dataclass
 
 from .abi import PRELUDE
-from .emit import _STAGE_COPY, dmma_products
-from .spec import DTYPES, MAX_REGISTERS, MAX_SHARED_BYTES, MAX_THREADS, VECTOR_BYTES, ElementType, InvalidSpec
+from .emit import _STAGE_COPY, _Arith, dmma_products
+from .spec import (DTYPES, MAX_REGISTERS, MAX_SHARED_BYTES, MAX_THREADS, VECTOR_BYTES, ElementType, InvalidSpec,
+                   dmma_stride)
 
 MAX_N = 64
 SM_SHARED_BYTES = 228 * 1024  # per SM on Hopper, of which 1 KiB per block is reserved
@@ -135,7 +136,7 @@ class MtsmSpec:
         for the last n group's reads past N. mma: 4 or 12 modulo 16 doubles, so the
         4 rows x 8 columns of a B fragment fall in distinct banks."""
         if self.config.mma:
-            return _dmma_stride(8 * self.n_blocks)
+            return dmma_stride(8 * self.n_blocks)
         return _round_up(self.n_groups * self.config.tile_n, self.problem.vector_elements)
 
     @property
@@ -173,7 +174,7 @@ class MtsmSpec:
         number of 16-byte words, so 8 lanes reading 8 rows hit 8 distinct bank groups.
         mma: 4 or 12 modulo 16 doubles, for conflict-free A fragments."""
         if self.config.mma:
-            return _dmma_stride(self.block_rows if self.problem.transpose_a else self.chunk)
+            return dmma_stride(self.block_rows if self.problem.transpose_a else self.chunk)
         if self.problem.transpose_a:
             return self.block_rows
         vec = self.problem.vector_elements
@@ -224,12 +225,6 @@ class MtsmSpec:
 
 def _ceil_div(x: int, y: int) -> int:
     return -(-x // y)
-
-
-def _dmma_stride(width: int) -> int:
-    """The narrowest row stride >= width that is 4 or 12 modulo 16 doubles: a DMMA
-    fragment's 4 rows x 8 columns then hit 32 distinct 4-byte banks per half warp."""
-    return next(s for s in range(width, width + 16) if s % 16 in (4, 12))
 
 
 def _round_up(x: int, y: int) -> int:
@@ -431,35 +426,6 @@ def splits(spec: MtsmSpec, m: int, k: int, batch: int, multiprocessors: int) -> 
 
 
 # --- emitter -------------------------------------------------------------------------
-
-
-class _Arith:
-    """Element arithmetic: real scalars, or complex as float2/double2 (.x real, .y
-    imaginary) with the product written out in real FMAs."""
-
-    def __init__(self, problem: MtsmProblem):
-        self.real = problem.real_type
-        self.complex = problem.components == 2
-        self.elem = f"{self.real}2" if self.complex else self.real
-        self.conj = problem.conj
-
-    def zero(self) -> str:
-        return f"make_{self.elem}(0, 0)" if self.complex else "0"
-
-    def add(self, x: str, y: str) -> str:
-        return f"make_{self.elem}({x}.x + {y}.x, {x}.y + {y}.y)" if self.complex else f"{x} + {y}"
-
-    def fma(self, acc: str, a: str, b: str) -> list[str]:
-        """acc += op(a) * b, op = conj when the problem says so."""
-        if not self.complex:
-            return [f"{acc} = fma({a}, {b}, {acc});"]
-        sign = "" if self.conj else "-"
-        return [
-            f"{acc}.x = fma({a}.x, {b}.x, {acc}.x);",
-            f"{acc}.x = fma({sign}{a}.y, {b}.y, {acc}.x);",
-            f"{acc}.y = fma({a}.x, {b}.y, {acc}.y);",
-            f"{acc}.y = fma({'-' if self.conj else ''}{a}.y, {b}.x, {acc}.y);",
-        ]
 
 
 def _load_run(ar: _Arith, names: list[str], pointer: str, aligned: bool) -> list[str]:

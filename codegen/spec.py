@@ -176,7 +176,7 @@ class KernelSpec:
         of doubles: a stride of 4 or 12 modulo 16 puts all 16 of a half-warp in
         distinct bank pairs."""
         if self.config.mma:
-            return next(s for s in range(width, width + 16) if s % 16 in (4, 12))
+            return dmma_stride(width)
         return width + 1 if self.config.padded and width % 2 == 0 else width
 
     def stage_elements(self) -> tuple[int, int]:
@@ -245,6 +245,12 @@ class KernelSpec:
         digest = hashlib.sha1(repr((p, sorted(source_fields.items()))).encode()).hexdigest()[:10]
         op = p.op + ("c" if p.conj else "") + ("_update" if p.update else "")
         return f"tsmm_{op}_{p.dtype}_m{p.m}_n{p.n}_{digest}"
+
+
+def dmma_stride(width: int) -> int:
+    """The narrowest row stride >= width that is 4 or 12 modulo 16 doubles: a DMMA
+    fragment's 4 rows x 8 columns then hit 32 distinct 4-byte banks per half warp."""
+    return next(s for s in range(width, width + 16) if s % 16 in (4, 12))
 
 
 def _ceil_div(x: int, y: int) -> int:
