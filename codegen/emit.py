@@ -20,19 +20,35 @@ __device__ __forceinline__ void tsmm_cp_async_element(T* smem, const T* gmem) {
   else tsmm_cp_async_4(smem, gmem);
 }
 
+// How staged rows move (Config.stage_copy): 16-byte copies that bypass L1, 16-byte
+// copies through L1, or one copy per element (through L1, as cp.async of 4 or 8
+// bytes must).
+enum TsmmStageCopy { kTsmmVectorBypass, kTsmmVectorL1, kTsmmElement };
+
+template <int kCopy>
+__device__ __forceinline__ void tsmm_cp_async_vector(void* smem, const void* gmem) {
+  if constexpr (kCopy == kTsmmVectorL1) tsmm_cp_async_16_l1(smem, gmem);
+  else tsmm_cp_async_16(smem, gmem);
+}
+
 // Stage `count` consecutive elements from `src` into shared memory. The
 // destination mirrors the 16-byte-aligned window around `src` (element i
 // lands at dst[shift + i]), so whatever the parity of M every whole vector
-// moves as one 16-byte copy and only the ragged ends go element by element.
-template <typename T, int kThreads>
+// moves as one 16-byte copy and only the ragged ends go element by element
+// (with kTsmmElement, every element on its own).
+template <typename T, int kThreads, int kCopy>
 __device__ __forceinline__ void tsmm_stage_copy(T* dst, const T* src, int shift, int count) {
+  if constexpr (kCopy == kTsmmElement) {
+    for (int e = threadIdx.x; e < count; e += kThreads) tsmm_cp_async_element(dst + shift + e, src + e);
+    return;
+  }
   constexpr int kVec = 16 / sizeof(T);
   const T* window = src - shift;
   const int vectors = (shift + count + kVec - 1) / kVec;
   for (int v = threadIdx.x; v < vectors; v += kThreads) {
     const int first = v * kVec - shift;
     if (first >= 0 && first + kVec <= count) {
-      tsmm_cp_async_16(dst + v * kVec, window + v * kVec);
+      tsmm_cp_async_vector<kCopy>(dst + v * kVec, window + v * kVec);
     } else {
 #pragma unroll
       for (int e = 0; e < kVec; ++e) {
@@ -129,17 +145,18 @@ __device__ __forceinline__ void tsmm_copy_out(T* dst, const T* y, const T* stage
 // Stage `rows` rows of kCols elements at a row stride of kStride elements
 // (padding that spreads a column over the banks). Where rows are whole 16-byte
 // vectors in both layouts and the source is aligned, they move as 16-byte
-// copies (half or a quarter of the copy instructions); else element by element.
-template <typename T, int kThreads, int kCols, int kStride>
+// copies (half or a quarter of the copy instructions) unless kCopy asks for
+// elements; else element by element.
+template <typename T, int kThreads, int kCols, int kStride, int kCopy>
 __device__ __forceinline__ void tsmm_stage_copy_rows(T* dst, const T* src, int rows) {
   constexpr int kVec = 16 / sizeof(T);
-  if constexpr (kCols % kVec == 0 && kStride % kVec == 0) {
+  if constexpr (kCopy != kTsmmElement && kCols % kVec == 0 && kStride % kVec == 0) {
     if (tsmm_misalignment(src) == 0) {
       constexpr int kRowVectors = kCols / kVec;
       for (int v = threadIdx.x; v < rows * kRowVectors; v += kThreads) {
         const int row = v / kRowVectors;
         const int col = (v - row * kRowVectors) * kVec;
-        tsmm_cp_async_16(dst + row * kStride + col, src + row * kCols + col);
+        tsmm_cp_async_vector<kCopy>(dst + row * kStride + col, src + row * kCols + col);
       }
       return;
     }
@@ -276,15 +293,20 @@ def _valid(name: str, i: int, tiles: int, tile: int, extent: int, paneled: bool 
     return f"{name}{i}_valid" if paneled or tiles * tile > extent else None
 
 
+_STAGE_COPY_KINDS = {"vector": "kTsmmVectorBypass", "vector_l1": "kTsmmVectorL1", "element": "kTsmmElement"}
+
+
 def _staging(spec: KernelSpec, elem: str, operand: str, width: int) -> tuple[str, str]:
     """(copy statement for the issue step, offset of row 0 in the staged slot) for
     an operand whose rows have `width` elements."""
     src = f"{operand} + row0 * {width}"
+    copy_kind = _STAGE_COPY_KINDS[spec.config.stage_copy]
     if spec.is_padded(width):
-        copy = (f"tsmm_stage_copy_rows<{elem}, {spec.threads}, {width}, {spec.smem_stride(width)}>"
+        copy = (f"tsmm_stage_copy_rows<{elem}, {spec.threads}, {width}, {spec.smem_stride(width)}, {copy_kind}>"
                 f"(slot_{operand}(slot), {src}, rows);")
         return copy, "0"
-    copy = f"tsmm_stage_copy<{elem}, {spec.threads}>(slot_{operand}(slot), {src}, {operand}_shift, rows * {width});"
+    copy = (f"tsmm_stage_copy<{elem}, {spec.threads}, {copy_kind}>"
+            f"(slot_{operand}(slot), {src}, {operand}_shift, rows * {width});")
     return copy, f"{operand}_shift"
 
 

@@ -25,6 +25,7 @@ DTYPES = {
 MAX_THREADS = 1024
 MAX_SHARED_BYTES = 227 * 1024  # Hopper's opt-in limit per block
 MAX_REGISTERS = 255
+STAGE_COPIES = ("vector", "vector_l1", "element")
 VECTOR_BYTES = 16  # every stage is copied with 16-byte cp.async where alignment allows
 
 
@@ -98,6 +99,9 @@ class Config:
                      fused update's y read the same way), instead of each
                      thread storing its own tile: whole-sector writes whatever
                      the parity of N and the fragment layout.
+    stage_copy       how staged rows of A (and B) move: "vector", 16-byte copies
+                     bypassing L1 where alignment allows; "vector_l1", the same
+                     through L1; "element", one copy per element.
     m_panels         atb only: the M rows of the result are split into this many
                      panels, one per blockIdx.y, when one block's registers
                      cannot hold all of them (each panel streams A and B again).
@@ -115,6 +119,7 @@ class Config:
     padded: bool = False
     mma: bool = False
     stage_out: bool = False
+    stage_copy: str = "vector"
     m_panels: int = 1
     blocks_per_sm: int = 2
 
@@ -281,6 +286,8 @@ def validate(spec: KernelSpec) -> None:
         errors.append("stage_out applies to ab only")
     if c.mapping not in ("interleaved", "blocked"):
         errors.append(f"mapping must be 'interleaved' or 'blocked', got {c.mapping!r}")
+    if c.stage_copy not in STAGE_COPIES:
+        errors.append(f"stage_copy must be one of {STAGE_COPIES}, got {c.stage_copy!r}")
     if c.c_source not in ("shared", "global"):
         errors.append(f"c_source must be 'shared' or 'global', got {c.c_source!r}")
     if not 1 <= c.m_panels <= (p.m if p.op == "atb" else 1):

@@ -269,17 +269,20 @@ def mtsm_rows(dtypes, ceilings: dict, model: bool = False) -> list[dict]:
     return rows
 
 
-def k_sweep(ceilings: dict, dtype=jnp.float64, width: int = 8, model: bool = False) -> list[dict]:
-    """Ramp-up with K for atb and ab at M = N = width."""
+def k_sweep(ceilings: dict, ops, dtypes, widths, model: bool = False) -> list[dict]:
+    """Ramp-up with K (2^10 to 2^28 rows, at most 4 GiB a tall matrix) for each op,
+    dtype and M = N in ``widths``."""
     rows = []
-    for log_k in range(10, 29, 2):
-        k = 1 << log_k
-        if k * width * np.dtype(dtype).itemsize > 4 * GIB:
-            break
-        for op in ("atb", "ab"):
-            row = bench_shape(op, dtype, width, width, k, ceilings, model)
-            rows.append(row)
-            _print_row(row)
+    for dtype in dtypes:
+        for width in widths:
+            for log_k in range(10, 29, 2):
+                k = 1 << log_k
+                if k * width * np.dtype(dtype).itemsize > 4 * GIB:
+                    break
+                for op in ops:
+                    row = bench_shape(op, dtype, width, width, k, ceilings, model)
+                    rows.append(row)
+                    _print_row(row)
     return rows
 
 
@@ -370,6 +373,7 @@ def main(argv=None) -> None:
     parser.add_argument("--widths", default="1-64", help="M = N values, e.g. 1-64 or 1,2,8")
     parser.add_argument("--no-pairs", action="store_true", help="skip the M != N pairs")
     parser.add_argument("--k-sweep", action="store_true", help="add the ramp-up with K")
+    parser.add_argument("--k-sweep-widths", default="8", help="M = N values of the K sweep")
     parser.add_argument("--model", action="store_true",
                         help="time the model's kernels, ignoring the tuning database")
     parser.add_argument("--json", default="bench.json")
@@ -402,7 +406,8 @@ def main(argv=None) -> None:
         _print_row(row)
     if "mtsm" in ops:
         rows += mtsm_rows(dtypes, ceilings, args.model)
-    sweep = k_sweep(ceilings, model=args.model) if args.k_sweep else []
+    sweep_ops = [op for op in ops if op != "mtsm"]
+    sweep = k_sweep(ceilings, sweep_ops, dtypes, parse_widths(args.k_sweep_widths), args.model) if args.k_sweep else []
     report = {
         "device": device.device_kind, "date": str(datetime.date.today()), "jax": jax.__version__,
         "ceilings": ceilings, "rows": rows, "k_sweep": sweep,

@@ -6,8 +6,9 @@
 #
 # Steps: tests [ARGS] (pytest -m gpu), suite (the whole pytest suite on the GPU),
 # sanitize (compute-sanitizer on a kernel sample), bench ARGS (repeatable),
-# tune ARGS, profile SHAPES and profile_xla SHAPES (Nsight
-# Compute; scripts/profile_kernels.py).
+# compare ARGS (repeatable; scripts/compare_configs.py), tune ARGS, profile SHAPES
+# and profile_xla SHAPES (Nsight Compute; scripts/profile_kernels.py), durations
+# SHAPES (each kernel's time on the GPU alone, ours and XLA's, by Nsight Compute).
 set -uo pipefail
 OUT=${OUT:-/tmp/jax_tsmm_out}
 mkdir -p "$OUT"
@@ -27,7 +28,7 @@ step() {  # step NAME COMMAND...: run with a log, record status and seconds
 
 nvidia-smi --query-gpu=name,memory.total,clocks.max.sm,driver_version --format=csv,noheader >> "$summary"
 step build python3 -m pip install --no-build-isolation --no-deps -v -e . || { tail -40 "$OUT/build.log"; cat "$summary"; exit 1; }
-benches=0 tunes=0
+benches=0 tunes=0 compares=0
 for item in "$@"; do
   read -r name args <<< "$item"
   case $name in
@@ -37,6 +38,14 @@ for item in "$@"; do
     bench)  # bench, bench2, ...: one JSON, Markdown and PNG each
       benches=$((benches + 1)); [ $benches -gt 1 ] && name=bench$benches
       step $name python3 -m jax_tsmm.bench $args --json "$OUT/$name.json" --plot "$OUT/$name.png" ;;
+    compare)  # compare, compare2, ...: one JSON each
+      compares=$((compares + 1)); [ $compares -gt 1 ] && name=compare$compares
+      step $name python3 scripts/compare_configs.py $args --json "$OUT/$name.json" ;;
+    durations)  # SHAPES as op:dtype:M:N:K
+      step durations bash -c "for s in $args; do for x in '' --xla; do
+        echo \"== \$s \$x\"; ncu --clock-control none --metrics gpu__time_duration.sum \
+          python3 scripts/profile_kernels.py --repeat 3 \$x \$s 2>&1 | grep -E 'tsmm_|gemm|gemv|dot|cutlass|xmma|loop|fusion|reduce|duration'
+      done; done" ;;
     profile|profile_xla)  # Nsight Compute, one process per op:dtype:M:N (model kernels, or XLA's dot)
       filter=regex:tsmm_; flags=""
       [ $name = profile_xla ] && { filter="regex:gemm|gemv|dot|cutlass|xmma"; flags=--xla; }

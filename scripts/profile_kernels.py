@@ -4,8 +4,9 @@
         python3 scripts/profile_kernels.py atb:float64:64:64 ab:float64:58:58
     ncu --clock-control none --set full python3 scripts/profile_kernels.py --xla ab:float64:58:58
 
-Each shape (op:dtype:M:N) runs once on fresh random operands whose narrower tall
-matrix holds 256 MiB, through the generator's model kernels (``--xla``: through
+Each shape (op:dtype:M:N, or op:dtype:M:N:K) runs once (``--repeat`` times) on
+fresh random operands whose narrower tall matrix holds 256 MiB (K rows where
+given), through the generator's model kernels (``--xla``: through
 XLA's dot instead). Compilation launches none of our kernels, so with a kernel
 filter each profiled launch is one call.
 """
@@ -24,20 +25,22 @@ jax.config.update("jax_enable_x64", True)
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("shapes", nargs="+", help="op:dtype:M:N, op in atb, ab")
+    parser.add_argument("shapes", nargs="+", help="op:dtype:M:N[:K], op in atb, ab")
+    parser.add_argument("--repeat", type=int, default=1, help="calls of each shape")
     parser.add_argument("--xla", action="store_true", help="profile XLA's dot instead of jax_tsmm")
     args = parser.parse_args()
     for shape in args.shapes:
-        op, dtype, m, n = shape.split(":")
-        m, n = int(m), int(n)
-        k = (256 << 20) // (min(m, n) * np.dtype(dtype).itemsize)
+        op, dtype, *dims = shape.split(":")
+        m, n = int(dims[0]), int(dims[1])
+        k = int(dims[2]) if len(dims) > 2 else (256 << 20) // (min(m, n) * np.dtype(dtype).itemsize)
         (a, b), _ = bench.operand_sets(op, dtype, m, n, k, seed=m * 1000 + n)
         ours, xla = bench.operations(op)
         with _dispatch.model_only():
             call = jax.jit(xla if args.xla else ours).lower(a, b).compile()
             kernel = None if args.xla else bench.timed_kernel(op, dtype, m, n, k)
         print(shape, "K =", k, "kernel:", kernel, flush=True)
-        jax.block_until_ready(call(a, b))
+        for _ in range(args.repeat):
+            jax.block_until_ready(call(a, b))
 
 
 if __name__ == "__main__":

@@ -1,0 +1,84 @@
+"""Time variants of the model's configuration side by side, with XLA's dot, on one GPU.
+
+    python3 scripts/compare_configs.py atb:float64:58:58 ab:float64:7:7 \
+        --vary stage_copy=vector,element [--vary blocks_per_sm=1,2] [--k 65536] [--json out.json]
+
+For each shape (op:dtype:M:N; op atb, ab or ab_update) the model's configuration
+is timed with every combination of the varied Config fields, on the bench's
+inputs (tall matrices of 1 GiB unless --k is given) and with the bench's loops,
+then XLA's dot once on the same inputs. Variants that fail validation are
+reported and skipped. The predict-change-measure step of tuning by hand; the
+tuner (jax_tsmm.tune) searches the space.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import itertools
+import json
+
+import jax
+import numpy as np
+
+from jax_tsmm import _cuda, _dispatch, _kernels, bench
+from jax_tsmm.codegen import Config, InvalidSpec, KernelSpec, Problem, default_config, validate
+
+
+def _parse_vary(text: str) -> tuple[str, list]:
+    field, _, values = text.partition("=")
+    kind = type(getattr(Config(), field))
+    parse = (lambda v: v.lower() in ("1", "true", "yes")) if kind is bool else kind
+    return field, [parse(v) for v in values.split(",")]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("shapes", nargs="+", help="op:dtype:M:N")
+    parser.add_argument("--vary", action="append", default=[], help="FIELD=V1,V2,...")
+    parser.add_argument("--k", type=int, default=None, help="rows of the tall matrices (default: 1 GiB)")
+    parser.add_argument("--json", default=None)
+    args = parser.parse_args()
+    jax.config.update("jax_enable_x64", True)
+    if not _cuda.register_targets():
+        raise SystemExit("needs a GPU and the CUDA extension")
+    ceilings = bench.measure_ceilings()
+    varied = [_parse_vary(v) for v in args.vary]
+    rows = []
+    for shape in args.shapes:
+        op, dtype, m, n = shape.split(":")
+        m, n = int(m), int(n)
+        problem = Problem("ab" if op == "ab_update" else op, dtype, m, n, update=op == "ab_update")
+        base = default_config(problem)
+        specs = []
+        for values in itertools.product(*(vals for _, vals in varied)):
+            config = dataclasses.replace(base, **{f: v for (f, _), v in zip(varied, values)})
+            try:
+                validate(KernelSpec(problem, config))
+                specs.append(KernelSpec(problem, config))
+            except InvalidSpec as error:
+                print(f"{shape} {values}: invalid: {error}", flush=True)
+        _kernels.precompile(specs, _cuda.arch())
+        k = args.k or bench.problem_rows(m, n, np.dtype(dtype))
+        sets = bench.operand_sets(op, np.dtype(dtype), m, n, k, seed=m * 1000 + n)
+        roof = bench.roofline_seconds(op, np.dtype(dtype), m, n, k, ceilings)
+        ours, xla = bench.operations(op)
+        in_place = op == "ab_update"
+        xla_s = bench.seconds_per_call(xla, sets, roof, updates_last=in_place)
+        for spec in specs:
+            with _dispatch.forced(spec):
+                seconds = bench.seconds_per_call(ours, sets, roof, updates_last=in_place)
+            variant = {f: getattr(spec.config, f) for f, _ in varied}
+            rows.append({"shape": shape, "K": k, "variant": variant, "config": dataclasses.asdict(spec.config),
+                         "tsmm_s": seconds, "tsmm_pct": 100 * roof / seconds,
+                         "xla_s": xla_s, "xla_pct": 100 * roof / xla_s})
+            print(f"{shape:>20} K={k:<10} {variant}  {seconds * 1e6:9.1f} us {100 * roof / seconds:5.1f}%   "
+                  f"xla {xla_s * 1e6:9.1f} us {100 * roof / xla_s:5.1f}%", flush=True)
+        del sets
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"device": jax.devices()[0].device_kind, "ceilings": ceilings, "rows": rows}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
