@@ -57,12 +57,10 @@ __device__ __forceinline__ long long tsmm_batch_offset(const TsmmArgs& args, lon
 }
 
 // Asynchronous global->shared copies (sm_80+): the loads of later stages stay
-// in flight while the current stage is computed on.
+// in flight while the current stage is computed on. All go through L1 (.ca): on an
+// H100 the 16-byte copies that bypass it (.cg) streamed 5-10 % slower (float64 atb
+// 10x10: 84.8 against 95.4 % of the read roofline; 2026-11-22, compare_configs.py).
 __device__ __forceinline__ void tsmm_cp_async_16(void* smem, const void* gmem) {
-  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gmem));
-}
-__device__ __forceinline__ void tsmm_cp_async_16_l1(void* smem, const void* gmem) {
   const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
   asm volatile("cp.async.ca.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gmem));
 }

@@ -20,16 +20,10 @@ __device__ __forceinline__ void tsmm_cp_async_element(T* smem, const T* gmem) {
   else tsmm_cp_async_4(smem, gmem);
 }
 
-// How staged rows move (Config.stage_copy): 16-byte copies that bypass L1, 16-byte
-// copies through L1, or one copy per element (through L1, as cp.async of 4 or 8
-// bytes must).
-enum TsmmStageCopy { kTsmmVectorBypass, kTsmmVectorL1, kTsmmElement };
-
-template <int kCopy>
-__device__ __forceinline__ void tsmm_cp_async_vector(void* smem, const void* gmem) {
-  if constexpr (kCopy == kTsmmVectorL1) tsmm_cp_async_16_l1(smem, gmem);
-  else tsmm_cp_async_16(smem, gmem);
-}
+// How staged rows move (Config.stage_copy): 16-byte copies where alignment allows,
+// or one copy per element (fewer instructions around each copy, which pays where
+// the arithmetic, not memory, binds).
+enum TsmmStageCopy { kTsmmVector, kTsmmElement };
 
 // Stage `count` consecutive elements from `src` into shared memory. The
 // destination mirrors the 16-byte-aligned window around `src` (element i
@@ -48,7 +42,7 @@ __device__ __forceinline__ void tsmm_stage_copy(T* dst, const T* src, int shift,
   for (int v = threadIdx.x; v < vectors; v += kThreads) {
     const int first = v * kVec - shift;
     if (first >= 0 && first + kVec <= count) {
-      tsmm_cp_async_vector<kCopy>(dst + v * kVec, window + v * kVec);
+      tsmm_cp_async_16(dst + v * kVec, window + v * kVec);
     } else {
 #pragma unroll
       for (int e = 0; e < kVec; ++e) {
@@ -156,7 +150,7 @@ __device__ __forceinline__ void tsmm_stage_copy_rows(T* dst, const T* src, int r
       for (int v = threadIdx.x; v < rows * kRowVectors; v += kThreads) {
         const int row = v / kRowVectors;
         const int col = (v - row * kRowVectors) * kVec;
-        tsmm_cp_async_vector<kCopy>(dst + row * kStride + col, src + row * kCols + col);
+        tsmm_cp_async_16(dst + row * kStride + col, src + row * kCols + col);
       }
       return;
     }
@@ -293,7 +287,7 @@ def _valid(name: str, i: int, tiles: int, tile: int, extent: int, paneled: bool 
     return f"{name}{i}_valid" if paneled or tiles * tile > extent else None
 
 
-_STAGE_COPY_KINDS = {"vector": "kTsmmVectorBypass", "vector_l1": "kTsmmVectorL1", "element": "kTsmmElement"}
+_STAGE_COPY_KINDS = {"vector": "kTsmmVector", "element": "kTsmmElement"}
 
 
 def _staging(spec: KernelSpec, elem: str, operand: str, width: int) -> tuple[str, str]:

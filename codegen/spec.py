@@ -25,7 +25,7 @@ DTYPES = {
 MAX_THREADS = 1024
 MAX_SHARED_BYTES = 227 * 1024  # Hopper's opt-in limit per block
 MAX_REGISTERS = 255
-STAGE_COPIES = ("vector", "vector_l1", "element")
+STAGE_COPIES = ("vector", "element")
 VECTOR_BYTES = 16  # every stage is copied with 16-byte cp.async where alignment allows
 
 
@@ -100,8 +100,9 @@ class Config:
                      thread storing its own tile: whole-sector writes whatever
                      the parity of N and the fragment layout.
     stage_copy       how staged rows of A (and B) move: "vector", 16-byte copies
-                     bypassing L1 where alignment allows; "vector_l1", the same
-                     through L1; "element", one copy per element.
+                     where alignment allows; "element", one copy per element (a
+                     simpler loop, for kernels bound by their arithmetic rather
+                     than by memory).
     m_panels         atb only: the M rows of the result are split into this many
                      panels, one per blockIdx.y, when one block's registers
                      cannot hold all of them (each panel streams A and B again).

@@ -1,7 +1,8 @@
 """jax_tsmm against XLA's dot on this GPU, as a percentage of the memory/compute roofline.
 
     python -m jax_tsmm.bench [--dtypes float64,float32] [--ops atb,ab,ab_update,mtsm]
-                             [--widths 1-64] [--k-sweep] [--model]
+                             [--widths 1-64] [--k-sweep [--k-sweep-widths 8] [--k-sweep-k K,...]]
+                             [--model]
                              [--json out.json] [--plot out.png]
 
 First measures this GPU's ceilings (read-only and copy bandwidth with the
@@ -269,14 +270,16 @@ def mtsm_rows(dtypes, ceilings: dict, model: bool = False) -> list[dict]:
     return rows
 
 
-def k_sweep(ceilings: dict, ops, dtypes, widths, model: bool = False) -> list[dict]:
-    """Ramp-up with K (2^10 to 2^28 rows, at most 4 GiB a tall matrix) for each op,
-    dtype and M = N in ``widths``."""
+K_SWEEP = tuple(1 << log_k for log_k in range(10, 29, 2))
+
+
+def k_sweep(ceilings: dict, ops, dtypes, widths, ks=K_SWEEP, model: bool = False) -> list[dict]:
+    """Ramp-up with K (at most 4 GiB a tall matrix) for each op, dtype and M = N
+    in ``widths``."""
     rows = []
     for dtype in dtypes:
         for width in widths:
-            for log_k in range(10, 29, 2):
-                k = 1 << log_k
+            for k in ks:
                 if k * width * np.dtype(dtype).itemsize > 4 * GIB:
                     break
                 for op in ops:
@@ -374,6 +377,7 @@ def main(argv=None) -> None:
     parser.add_argument("--no-pairs", action="store_true", help="skip the M != N pairs")
     parser.add_argument("--k-sweep", action="store_true", help="add the ramp-up with K")
     parser.add_argument("--k-sweep-widths", default="8", help="M = N values of the K sweep")
+    parser.add_argument("--k-sweep-k", default=",".join(map(str, K_SWEEP)), help="K values of the K sweep")
     parser.add_argument("--model", action="store_true",
                         help="time the model's kernels, ignoring the tuning database")
     parser.add_argument("--json", default="bench.json")
@@ -407,7 +411,9 @@ def main(argv=None) -> None:
     if "mtsm" in ops:
         rows += mtsm_rows(dtypes, ceilings, args.model)
     sweep_ops = [op for op in ops if op != "mtsm"]
-    sweep = k_sweep(ceilings, sweep_ops, dtypes, parse_widths(args.k_sweep_widths), args.model) if args.k_sweep else []
+    sweep_ks = [int(k) for k in args.k_sweep_k.split(",")]
+    sweep = (k_sweep(ceilings, sweep_ops, dtypes, parse_widths(args.k_sweep_widths), sweep_ks, args.model)
+             if args.k_sweep else [])
     report = {
         "device": device.device_kind, "date": str(datetime.date.today()), "jax": jax.__version__,
         "ceilings": ceilings, "rows": rows, "k_sweep": sweep,
