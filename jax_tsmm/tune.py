@@ -152,7 +152,10 @@ def main(argv=None) -> None:
         if _tuned_already(db["entries"].get(key, [])):
             continue  # resume
         print(f"[{index + 1}/{len(problems)}] {key}", flush=True)
-        db["entries"][key] = tune_problem(problem, ceilings, args.candidates, arch, args.k_min)
+        tuned = tune_problem(problem, ceilings, args.candidates, arch, args.k_min)
+        # Ranges below --k-min keep their entries; the tuned ranges replace theirs.
+        kept = [entry for entry in db["entries"].get(key, []) if entry["k_min"] < args.k_min]
+        db["entries"][key] = kept + tuned
         db["date"] = str(datetime.date.today())
         _save(path, db)
 
