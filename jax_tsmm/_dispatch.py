@@ -79,7 +79,13 @@ def mtsm_key(transpose_a: bool, dtype: str, n: int) -> str:
 def tuned(key: str, k: int, arch: str) -> tuple[bool, dict | None]:
     """(found, configuration fields) from the database; None with found means use
     XLA. The entry of the range holding K serves; below every range, the lowest
-    range's (a measured choice beats the untimed model)."""
+    range's (a measured choice beats the untimed model).
+
+    XLA's Aᵀ B is fast only at some K: on an H100 (2026-11-22) at K = 2^16, 2^20
+    and 2^22 it reached 60-95 % of roofline, at K = 65537, 99991, 1048573, 1500007
+    and 2739138 only 8-31 % (docs/performance.md). So an atb entry that chose XLA
+    holds only for K with at least the power-of-two factor of the K it was timed
+    at; at other K the model's kernel serves."""
     entries = database(arch).get(key, [])
     if not entries:
         return False, None
@@ -87,6 +93,9 @@ def tuned(key: str, k: int, arch: str) -> tuple[bool, dict | None]:
     for entry in entries:
         if entry["k_min"] <= k:
             chosen = entry
+    timed_k = chosen.get("k_tuned", 1)
+    if chosen["config"] is None and key.startswith("atb:") and k % (timed_k & -timed_k):
+        return False, None
     return True, chosen["config"]
 
 

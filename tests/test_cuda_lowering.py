@@ -131,7 +131,8 @@ def test_dispatch_follows_the_tuning_database(monkeypatch):
     from jax_tsmm.codegen import Problem, default_config
 
     config = dataclasses.asdict(default_config(Problem("atb", "float64", 7, 5)))
-    entries = {"atb:float64:7x5": [{"k_min": 1000, "config": config}, {"k_min": 100_000, "config": None}]}
+    entries = {"atb:float64:7x5": [{"k_min": 1000, "config": config},
+                                   {"k_min": 100_000, "k_tuned": 100_000, "config": None}]}
     monkeypatch.setattr(_dispatch, "database", lambda arch: entries)
 
     def lowers_to_kernel(k):
@@ -140,4 +141,18 @@ def test_dispatch_follows_the_tuning_database(monkeypatch):
 
     assert lowers_to_kernel(10) and lowers_to_kernel(5000)
     assert not lowers_to_kernel(100_000) and not lowers_to_kernel(10**6)
+
+
+def test_atb_uses_xla_only_at_k_with_the_timed_power_of_two_factor(monkeypatch):
+    """XLA's Aᵀ B measured fast at K = 2^16 is trusted at multiples of 2^16 only;
+    elsewhere the kernel serves. ab's XLA entries hold for every K of their range."""
+    from jax_tsmm import _dispatch
+
+    xla = [{"k_min": 1 << 16, "k_tuned": 1 << 16, "config": None}]
+    monkeypatch.setattr(_dispatch, "database", lambda arch: {"atb:float64:7x5": xla, "ab:float64:7x5": xla})
+    x, y, c = (jax.ShapeDtypeStruct(s, jnp.float64) for s in ((3 << 16, 7), (3 << 16, 5), (7, 5)))
+    assert "tsmm_atb" not in cuda_hlo(jax_tsmm.atb, x, y)
+    x, y = jax.ShapeDtypeStruct((65537, 7), jnp.float64), jax.ShapeDtypeStruct((65537, 5), jnp.float64)
+    assert "tsmm_atb" in cuda_hlo(jax_tsmm.atb, x, y)
+    assert "tsmm_ab" not in cuda_hlo(jax_tsmm.ab, x, c)
 
