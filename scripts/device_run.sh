@@ -8,7 +8,7 @@
 # sanitize (compute-sanitizer on a kernel sample), bench ARGS (repeatable),
 # compare ARGS (repeatable; scripts/compare_configs.py), tune ARGS, profile SHAPES
 # and profile_xla SHAPES (Nsight Compute; scripts/profile_kernels.py), durations
-# SHAPES (each kernel's time on the GPU alone, ours and XLA's, by Nsight Compute).
+# SHAPES (each of our kernels' time on the GPU alone, by Nsight Compute).
 set -uo pipefail
 OUT=${OUT:-/tmp/jax_tsmm_out}
 mkdir -p "$OUT"
@@ -41,11 +41,11 @@ for item in "$@"; do
     compare)  # compare, compare2, ...: one JSON each
       compares=$((compares + 1)); [ $compares -gt 1 ] && name=compare$compares
       step $name python3 scripts/compare_configs.py $args --json "$OUT/$name.json" ;;
-    durations)  # SHAPES as op:dtype:M:N:K
-      step durations bash -c "for s in $args; do for x in '' --xla; do
-        echo \"== \$s \$x\"; ncu --clock-control none --metrics gpu__time_duration.sum \
-          python3 scripts/profile_kernels.py --repeat 3 \$x \$s 2>&1 | grep -E 'tsmm_|gemm|gemv|dot|cutlass|xmma|loop|fusion|reduce|duration'
-      done; done" ;;
+    durations)  # SHAPES as op:dtype:M:N:K; our kernels only (XLA's autotuner would run under ncu too)
+      step durations bash -c "for s in $args; do
+        echo \"== \$s\"; ncu --clock-control none --kernel-name regex:tsmm_ --metrics gpu__time_duration.sum \
+          python3 scripts/profile_kernels.py --repeat 3 \$s 2>&1 | grep -E 'tsmm_|duration'
+      done" ;;
     profile|profile_xla)  # Nsight Compute, one process per op:dtype:M:N (model kernels, or XLA's dot)
       filter=regex:tsmm_; flags=""
       [ $name = profile_xla ] && { filter="regex:gemm|gemv|dot|cutlass|xmma"; flags=--xla; }
