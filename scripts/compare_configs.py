@@ -53,9 +53,10 @@ def main() -> None:
         specs = []
         for values in itertools.product(*(vals for _, vals in varied)):
             config = dataclasses.replace(base, **{f: v for (f, _), v in zip(varied, values)})
+            spec = KernelSpec(problem, config)
             try:
-                validate(KernelSpec(problem, config))
-                specs.append(KernelSpec(problem, config))
+                validate(spec)
+                specs.append(spec)
             except InvalidSpec as error:
                 print(f"{shape} {values}: invalid: {error}", flush=True)
         _kernels.precompile(specs, _cuda.arch())

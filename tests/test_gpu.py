@@ -11,6 +11,7 @@ NaN first, so an output element the kernel fails to write shows up as NaN.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 
@@ -22,7 +23,7 @@ import pytest
 import jax_tsmm
 import jax_tsmm.linalg
 from jax_tsmm import _cuda, _dispatch, _kernels
-from jax_tsmm.codegen import Config, KernelSpec, Problem
+from jax_tsmm.codegen import Config, KernelSpec, Problem, default_config
 from jax import lax
 from reference import ab_ref, assert_close, magnitude, random_operand, to_wide, unit_roundoff
 
@@ -203,6 +204,22 @@ def test_result_split_into_panels():
     with _dispatch.forced(forced):
         out = run("atb", a, b)
     assert_close(out, a, b, op="atb")
+
+
+@pytest.mark.parametrize("op, dtype, m, n", [("atb", "float64", 10, 10), ("atb", "float64", 12, 12),
+                                          ("atb", "complex128", 24, 24), ("ab", "float32", 13, 13),
+                                          ("ab", "float64", 33, 33), ("atb", "float32", 7, 5)])
+def test_element_stage_copies(op, dtype, m, n):
+    """Config.stage_copy = "element": rows staged one element at a time, in padded
+    and unpadded layouts, over batch items that start off a 16-byte boundary where
+    K * M is odd, with a ragged last chunk."""
+    rng = np.random.default_rng()
+    problem = Problem(op, dtype, m, n)
+    spec = KernelSpec(problem, dataclasses.replace(default_config(problem), stage_copy="element"))
+    a, b = operands(rng, op, dtype, 3 * spec.rows_per_chunk + 5, m, n, (3,), (3,) if op == "atb" else (1,))
+    with _dispatch.forced(spec):
+        out = run(op, a, b)
+    assert_close(out, a, b, op=op)
 
 
 @pytest.mark.parametrize("k", [1, 31, 33, 1000, 10**6 + 7])
