@@ -66,6 +66,19 @@ __device__ __forceinline__ void tsmm_store_pair(double* p, bool vector, double v
 __device__ __forceinline__ double2 tsmm_load_pair(const double* p, bool vector) {
   return vector ? *reinterpret_cast<const double2*>(p) : make_double2(p[0], p[1]);
 }
+// The same for float32 on the FP64 tensor cores: double results, 8-byte accesses.
+__device__ __forceinline__ void tsmm_store_pair(float* p, bool vector, double v0, double v1) {
+  if (vector) {
+    *reinterpret_cast<float2*>(p) = make_float2(static_cast<float>(v0), static_cast<float>(v1));
+  } else {
+    p[0] = static_cast<float>(v0);
+    p[1] = static_cast<float>(v1);
+  }
+}
+__device__ __forceinline__ double2 tsmm_load_pair(const float* p, bool vector) {
+  const float2 v = vector ? *reinterpret_cast<const float2*>(p) : make_float2(p[0], p[1]);
+  return make_double2(v.x, v.y);
+}
 
 // Elements a pointer lies past the previous 16-byte boundary.
 template <typename T>
@@ -455,9 +468,11 @@ def _atb_fma_body(spec: KernelSpec, ar: _Arith) -> tuple[list[str], list[tuple[s
 def _atb_mma_body(spec: KernelSpec, ar: _Arith) -> tuple[list[str], list[tuple[str, str, str, str | None]]]:
     """FP64 tensor cores (DMMA, mma.sync m8n8k4): each warp owns tile_m x tile_n
     8x8 blocks of the result and consumes 4 rows per step; row groups of warps
-    take turns over the rows. Twice the FMA units' rate, for the wide shapes
-    that turn compute-bound on them."""
+    take turns over the rows. Twice the FMA units' rate for float64, for the wide
+    shapes that turn compute-bound on them; for float32 (widened to double) the
+    FMA units' rate with a fraction of their instructions and shared loads."""
     p, c = spec.problem, spec.config
+    e = ar.elem
     tm, tn = c.tile_m, c.tile_n
     warps_m, warps_n = spec.tiles_m, spec.tiles_n
     warps = warps_m * warps_n
@@ -480,10 +495,11 @@ def _atb_mma_body(spec: KernelSpec, ar: _Arith) -> tuple[list[str], list[tuple[s
         "",
         *[f"double acc_{i}_{j}_{h} = 0;" for i in range(tm) for j in range(tn) for h in range(2)],
         "",
-        *_atb_slots(spec, "double"),
+        *_atb_slots(spec, e),
         "",
         "// Four rows: one DMMA per 8x8 block; rows past `rows` (the last chunk) count as zero.",
-        "auto row_step = [&](const double* sa, const double* sb, int r, int rows) {",
+        *(["// float32 fragments are widened to double (exactly) as they leave shared memory."] if e == "float" else []),
+        f"auto row_step = [&](const {e}* sa, const {e}* sb, int r, int rows) {{",
         "  const bool inside = r + frag_k < rows;",
         *[f"  const double a{i} = inside ? sa[(r + frag_k) * {sa_stride} + col_a{i}] : 0.0;" for i in range(tm)],
         *[f"  const double b{j} = inside ? sb[(r + frag_k) * {sb_stride} + col_b{j}] : 0.0;" for j in range(tn)],
@@ -491,7 +507,7 @@ def _atb_mma_body(spec: KernelSpec, ar: _Arith) -> tuple[list[str], list[tuple[s
         "};",
         "",
     ]
-    issue, consume = _atb_consume(spec, "double", 4)
+    issue, consume = _atb_consume(spec, e, 4)
     body += _pipeline(spec, issue, consume)
     outputs = []
     for i in range(tm):
@@ -749,7 +765,7 @@ def _ab_fma_tiles(spec: KernelSpec, ar: _Arith):
 
 def _ab_mma_tiles(spec: KernelSpec, ar: _Arith):
     """FP64 tensor cores (DMMA, mma.sync m8n8k4) for wide float64 ab, which turns
-    compute-bound on the FMA units: C lives in registers as the B fragments of
+    compute-bound on the FMA units, and float32 ab (widened to double): C lives in registers as the B fragments of
     every 4-wide step of the inner index; a warp turns tile_m slabs of 8 staged
     rows into tile_m x tile_n 8x8 blocks of out per pass."""
     p, c = spec.problem, spec.config

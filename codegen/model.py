@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from .spec import Config, InvalidSpec, KernelSpec, Problem, validate
+from .spec import MMA_DTYPES, Config, InvalidSpec, KernelSpec, Problem, validate
 
 TARGET_THREADS = 256
 MIN_THREADS = 128
@@ -145,7 +145,7 @@ def default_config(problem: Problem) -> Config:
     """A valid configuration for ``problem`` from the model above."""
     widest = _widest_tile(problem)
     atb_mma = problem.m * problem.n > ATB_MMA_MIN_OUTPUTS and min(problem.m, problem.n) >= ATB_MMA_MIN_WIDTH
-    if problem.dtype == "float64" and (problem.m * problem.n > MMA_MIN_OUTPUTS or problem.op == "atb" and atb_mma):
+    if problem.dtype in MMA_DTYPES and (problem.m * problem.n > MMA_MIN_OUTPUTS or problem.op == "atb" and atb_mma):
         mma_config = _atb_mma_config if problem.op == "atb" else _ab_mma_config
         return _shrink_to_fit(problem, mma_config(problem))
     if problem.op == "atb":

@@ -8,7 +8,7 @@ import itertools
 import math
 
 from .model import _split, default_config
-from .spec import Config, InvalidSpec, KernelSpec, Problem, validate
+from .spec import MMA_DTYPES, Config, InvalidSpec, KernelSpec, Problem, validate
 
 SM_REGISTERS = 65536
 SM_SHARED_BYTES = 228 * 1024
@@ -48,7 +48,7 @@ def _stage_outs(problem: Problem) -> tuple[bool, ...]:
 
 
 def _mma_candidates(problem: Problem) -> dict[Config, float]:
-    """DMMA configurations (float64), scored like the rest with the tensor cores'
+    """DMMA configurations (float64, float32), scored like the rest with the tensor cores'
     doubled rate counted as twice the reuse."""
     found = {}
     atb = problem.op == "atb"
@@ -102,18 +102,17 @@ def candidates(problem: Problem, limit: int = 16) -> list[Config]:
             continue
         if _occupancy_ok(spec):
             found[config] = score(spec)
-    if problem.dtype == "float64":
+    if problem.dtype in MMA_DTYPES:
         found.update(_mma_candidates(problem))
     # Best first, but one per tile/thread/stage shape before any second variant of
     # a shape (unroll, mapping and blocks per SM matter less than those).
-    ranked, seen = [], set()
+    firsts, seconds, seen = [], [], set()
     for config in sorted(found, key=found.get, reverse=True):
         shape = (config.tile_m, config.tile_n, config.row_groups, config.rows_per_stage, config.stages,
                  config.padded, config.mma, config.stage_out)
-        if shape not in seen:
-            seen.add(shape)
-            ranked.append(config)
-    ranked += [c for c in sorted(found, key=found.get, reverse=True) if c not in ranked]
+        (seconds if shape in seen else firsts).append(config)
+        seen.add(shape)
+    ranked = firsts + seconds
     try:
         default = default_config(problem)
     except InvalidSpec:

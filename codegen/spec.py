@@ -26,6 +26,9 @@ MAX_THREADS = 1024
 MAX_SHARED_BYTES = 227 * 1024  # Hopper's opt-in limit per block
 MAX_REGISTERS = 255
 STAGE_COPIES = ("vector", "element")
+# DMMA (FP64 tensor cores) serves float32 too: widened to double on the way from
+# shared memory to the fragments (exact), accumulated in double.
+MMA_DTYPES = ("float64", "float32")
 VECTOR_BYTES = 16  # every stage is copied with 16-byte cp.async where alignment allows
 
 
@@ -88,7 +91,8 @@ class Config:
                      padding), so threads reading the same column of different
                      rows hit different banks; such rows are copied element by
                      element instead of in 16-byte vectors.
-    mma              float64 only: FP64 tensor cores (mma.sync m8n8k4). atb:
+    mma              FP64 tensor cores (mma.sync m8n8k4), float64 and float32
+                     (widened to double in registers, accumulated in double). atb:
                      tile_m x tile_n 8x8 blocks of the result per warp, a row
                      group is a set of warps taking 4-row steps. ab: a warp
                      holds C in registers and turns tile_m slabs of 8 rows
@@ -179,10 +183,11 @@ class KernelSpec:
     def smem_stride(self, width: int) -> int:
         """Elements between staged rows of an operand of this width. FMA tiles read one
         column of many rows: an odd stride. DMMA fragments read 4 rows x 8 columns
-        of doubles: a stride of 4 or 12 modulo 16 puts all 16 of a half-warp in
-        distinct bank pairs."""
+        (atb) or 8 rows x 4 columns (ab's A): strides that put every lane of a
+        request in its own bank (see dmma_stride, dmma_float_stride)."""
+        p = self.problem
         if self.config.mma:
-            return dmma_stride(width)
+            return dmma_stride(width) if p.real_type == "double" else dmma_float_stride(width, p.op)
         return width + 1 if self.config.padded and width % 2 == 0 else width
 
     def stage_elements(self) -> tuple[int, int]:
@@ -234,7 +239,7 @@ class KernelSpec:
         """32-bit registers per thread: accumulators and operand registers of one
         row step, plus a fixed allowance for addresses, indices and the loader."""
         p, c = self.problem, self.config
-        words = (2 if p.real_type == "double" else 1) * p.components
+        words = (2 if p.real_type == "double" or c.mma else 1) * p.components  # DMMA works in double
         outputs = c.tile_m * c.tile_n * (2 if c.mma else 1)  # a DMMA block: 2 per lane
         operands = (c.tile_m + c.tile_n) * words
         if c.mma and p.op == "ab":  # C's fragments stay in registers
@@ -257,6 +262,14 @@ def dmma_stride(width: int) -> int:
     """The narrowest row stride >= width that is 4 or 12 modulo 16 doubles: a DMMA
     fragment's 4 rows x 8 columns then hit 32 distinct 4-byte banks per half warp."""
     return next(s for s in range(width, width + 16) if s % 16 in (4, 12))
+
+
+def dmma_float_stride(width: int, op: str) -> int:
+    """The narrowest row stride >= width for fragments read from staged floats, one
+    4-byte bank per lane of the warp: atb's 4 rows x 8 columns need rows 8 or 24
+    banks apart (modulo 32), ab's 8 rows x 4 columns rows an odd multiple of 4."""
+    fits = (lambda s: s % 32 in (8, 24)) if op == "atb" else (lambda s: s % 8 == 4)
+    return next(s for s in range(width, width + 32) if fits(s))
 
 
 def _ceil_div(x: int, y: int) -> int:
@@ -294,8 +307,8 @@ def validate(spec: KernelSpec) -> None:
     if not 1 <= c.m_panels <= (p.m if p.op == "atb" else 1):
         errors.append(f"m_panels {c.m_panels} must lie in 1..M for atb and be 1 for ab")
         raise InvalidSpec(f"{spec.name}: " + "; ".join(errors))
-    if c.mma and (p.dtype != "float64" or c.m_panels != 1 or (p.op == "ab" and c.c_source != "global")):
-        errors.append("mma (DMMA) serves float64 without panels, for ab with C from global memory")
+    if c.mma and (p.dtype not in MMA_DTYPES or c.m_panels != 1 or (p.op == "ab" and c.c_source != "global")):
+        errors.append(f"mma (DMMA) serves {' and '.join(MMA_DTYPES)} without panels, for ab with C from global memory")
         raise InvalidSpec(f"{spec.name}: " + "; ".join(errors))
     inner_m = spec.panel_m if p.op == "atb" else c.rows_per_stage
     if c.mma:

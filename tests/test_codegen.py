@@ -40,6 +40,9 @@ def _sample_specs() -> list[KernelSpec]:
         (Problem("ab", "float32", 16, 16, update=True), default_config(Problem("ab", "float32", 16, 16, update=True))),
         (Problem("ab", "float64", 37, 29, update=True), Config(tile_m=1, tile_n=2, row_groups=4, rows_per_stage=64, c_source="global", mma=True)),
         (Problem("ab", "float64", 64, 40), Config(tile_m=4, tile_n=1, row_groups=2, rows_per_stage=128, stages=2, c_source="global", mma=True)),
+        (Problem("atb", "float32", 30, 9), Config(tile_m=1, tile_n=2, mapping="blocked", row_groups=2, rows_per_stage=24, stages=2, mma=True)),
+        (Problem("ab", "float32", 37, 29, update=True), Config(tile_m=1, tile_n=2, row_groups=4, rows_per_stage=64, c_source="global", mma=True)),
+        (Problem("ab", "float32", 64, 40), Config(tile_m=2, tile_n=1, row_groups=2, rows_per_stage=128, stages=2, c_source="global", mma=True, stage_out=True)),
     ]
     return specs + [KernelSpec(p, c) for p, c in variants]
 
@@ -86,15 +89,28 @@ def test_bad_problems_are_rejected():
             validate(KernelSpec(problem, Config()))
 
 
-def test_tensor_cores_serve_float64_only():
+def test_tensor_cores_serve_float64_and_float32():
     for problem, config in (
-        (Problem("ab", "float32", 32, 32), Config(tile_m=1, tile_n=2, row_groups=4, c_source="global", mma=True)),
+        (Problem("ab", "complex64", 32, 32), Config(tile_m=1, tile_n=2, row_groups=4, c_source="global", mma=True)),
         (Problem("ab", "float64", 32, 32), Config(tile_m=1, tile_n=2, row_groups=4, c_source="shared", mma=True)),
     ):
         with pytest.raises(InvalidSpec, match="mma"):
             validate(KernelSpec(problem, config))
-    assert default_config(Problem("ab", "float64", 32, 32)).mma
-    assert not default_config(Problem("ab", "float32", 32, 32)).mma
+    for dtype in ("float64", "float32"):
+        assert default_config(Problem("ab", dtype, 32, 32)).mma
+        assert default_config(Problem("atb", dtype, 24, 24)).mma
+
+
+@pytest.mark.parametrize("op, width", [("atb", 1), ("atb", 30), ("atb", 64), ("ab", 1), ("ab", 37), ("ab", 64)])
+def test_staged_float_fragments_take_one_bank_per_lane(op, width):
+    """A warp's fragment read from staged float32 rows (atb: 4 rows x 8 columns,
+    ab: 8 rows x 4 columns) touches 32 distinct 4-byte banks."""
+    spec = KernelSpec(Problem(op, "float32", width, width), Config(mma=True, c_source="global", row_groups=1,
+                                                                    rows_per_stage=8 if op == "ab" else 4))
+    stride = spec.smem_stride(width)
+    assert width <= stride < width + 32
+    rows, cols = (4, 8) if op == "atb" else (8, 4)
+    assert len({(r * stride + c) % 32 for r in range(rows) for c in range(cols)}) == 32
 
 
 def test_names_identify_the_source():
