@@ -3,6 +3,8 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <functional>
+#include <numeric>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -42,6 +44,7 @@ struct KernelAttrs {
   int64_t rows_per_chunk;
   int64_t grid_k;
   int32_t m_panels;  // atb: blocks side by side along M (blockIdx.y), each a panel of rows of the result
+  bool real_view;    // complex buffers are seen as real ones of twice the width (see Operand)
 };
 
 ffi::Error CheckAttrs(const KernelAttrs& attrs) {
@@ -58,9 +61,36 @@ ffi::Error CheckAttrs(const KernelAttrs& attrs) {
   return ffi::Error::Success();
 }
 
+// A buffer as the kernel sees it. A real-view call computes a complex product
+// with the real kernel of twice the widths (see jax_tsmm/_dispatch.py): there
+// each complex buffer is seen as its real component type with the last axis
+// doubled, the same bytes, since a complex element is its real and imaginary
+// parts side by side. Real buffers are seen as they are.
+struct Operand {
+  void* data;
+  ffi::DataType type;
+  std::vector<int64_t> dims;
+
+  int64_t element_count() const {
+    return std::accumulate(dims.begin(), dims.end(), int64_t{1}, std::multiplies<>());
+  }
+};
+
+Operand View(const ffi::AnyBuffer& buffer, bool real_view) {
+  Dims dims = buffer.dimensions();
+  Operand operand = {buffer.untyped_data(), buffer.element_type(), {dims.begin(), dims.end()}};
+  const bool complex_type =
+      operand.type == ffi::DataType::C64 || operand.type == ffi::DataType::C128;
+  if (real_view && complex_type && !operand.dims.empty()) {
+    operand.type = operand.type == ffi::DataType::C64 ? ffi::DataType::F32 : ffi::DataType::F64;
+    operand.dims.back() *= 2;
+  }
+  return operand;
+}
+
 // ab's fused update: out = beta * y + alpha * op(a) c.
 struct Update {
-  const ffi::AnyBuffer* y;
+  Operand y;
   double alpha[2];  // (real, imaginary)
   double beta[2];
 };
@@ -68,27 +98,27 @@ struct Update {
 // atb: a (batch..., K, M), b (batch..., K, N) -> out (batch..., M, N).
 // ab:  a (batch..., K, M), c (batch..., M, N) -> out (batch..., K, N).
 // Operand batch axes equal out's or are 1; all share one dtype; an update's y
-// has exactly out's shape.
-ffi::Error CheckOperands(Op op, const ffi::AnyBuffer& a, const ffi::AnyBuffer& b,
-                         const ffi::AnyBuffer& out, const Update* update) {
-  const char* name = op == Op::kAtb ? "tsmm_atb" : update ? "tsmm_ab_update" : "tsmm_ab";
-  Dims a_dims = a.dimensions(), b_dims = b.dimensions(), out_dims = out.dimensions();
+// has exactly out's shape. All as the kernel sees them (after a real view).
+ffi::Error CheckOperands(Op op, const Operand& a, const Operand& b, const Operand& out,
+                         const Update* update, bool real_view) {
+  const std::string name = op == Op::kAtb ? "tsmm_atb" : update ? "tsmm_ab_update" : "tsmm_ab";
+  const std::string seen_as = real_view ? " (complex buffers seen as real, last axis doubled)" : "";
+  Dims a_dims = a.dims, b_dims = b.dims, out_dims = out.dims;
   auto shape_error = [&](const std::string& why) {
-    return ffi::Error::InvalidArgument("jax_tsmm: " + std::string(name) + ": " + why +
-                                       "; shapes a " + ShapeString(a_dims) + ", " +
-                                       (op == Op::kAtb ? "b " : "c ") + ShapeString(b_dims) +
-                                       ", out " + ShapeString(out_dims));
+    return ffi::Error::InvalidArgument("jax_tsmm: " + name + ": " + why + "; shapes a " +
+                                       ShapeString(a_dims) + ", " + (op == Op::kAtb ? "b " : "c ") +
+                                       ShapeString(b_dims) + ", out " + ShapeString(out_dims) +
+                                       seen_as);
   };
 
-  if (ElementBytes(a.element_type()) == 0) {
-    return ffi::Error::InvalidArgument("jax_tsmm: " + std::string(name) +
+  if (ElementBytes(a.type) == 0) {
+    return ffi::Error::InvalidArgument("jax_tsmm: " + name +
                                        ": dtype must be float32, float64, complex64 or "
                                        "complex128");
   }
-  if (b.element_type() != a.element_type() || out.element_type() != a.element_type() ||
-      (update && update->y->element_type() != a.element_type())) {
-    return ffi::Error::InvalidArgument("jax_tsmm: " + std::string(name) +
-                                       ": operands and result must share one dtype");
+  if (b.type != a.type || out.type != a.type || (update && update->y.type != a.type)) {
+    return ffi::Error::InvalidArgument("jax_tsmm: " + name +
+                                       ": operands and result must share one dtype" + seen_as);
   }
   const size_t rank = out_dims.size();
   if (rank < 2 || a_dims.size() != rank || b_dims.size() != rank) {
@@ -107,7 +137,7 @@ ffi::Error CheckOperands(Op op, const ffi::AnyBuffer& a, const ffi::AnyBuffer& b
     return shape_error("matrix dimensions disagree");
   }
   if (update) {
-    Dims y_dims = update->y->dimensions();
+    Dims y_dims = update->y.dims;
     if (!std::equal(y_dims.begin(), y_dims.end(), out_dims.begin(), out_dims.end())) {
       return shape_error("y has shape " + ShapeString(y_dims) + ", not the result's");
     }
@@ -154,22 +184,25 @@ std::vector<BatchAxis> MergedBatchAxes(Dims a_dims, Dims b_dims, Dims out_dims) 
 
 // `partials`: atb's buffer of grid_k partial sums per batch item, used when
 // grid_k > 1. `update`: ab's fused update, or null.
-ffi::Error Tsmm(Op op, cudaStream_t stream, ffi::AnyBuffer a, ffi::AnyBuffer b, ffi::AnyBuffer out,
+ffi::Error Tsmm(Op op, cudaStream_t stream, const Operand& a, const Operand& b, const Operand& out,
                 const ffi::AnyBuffer* partials, const Update* update, const KernelAttrs& attrs) {
   if (ffi::Error error = CheckAttrs(attrs); error.failure()) return error;
-  if (ffi::Error error = CheckOperands(op, a, b, out, update); error.failure()) return error;
+  if (ffi::Error error = CheckOperands(op, a, b, out, update, attrs.real_view); error.failure()) {
+    return error;
+  }
   if (out.element_count() == 0) return ffi::Error::Success();
 
-  Dims out_dims = out.dimensions();
+  Dims out_dims = out.dims;
   const size_t rank = out_dims.size();
-  const int64_t k = a.dimensions()[rank - 2];
+  const int64_t k = a.dims[rank - 2];
   if (k == 0) {  // only atb gets here: an empty sum, zero bits in every dtype
-    cudaError_t error = cudaMemsetAsync(out.untyped_data(), 0, out.size_bytes(), stream);
+    const size_t bytes = static_cast<size_t>(out.element_count()) * ElementBytes(out.type);
+    cudaError_t error = cudaMemsetAsync(out.data, 0, bytes, stream);
     if (error != cudaSuccess) return CudaFailure("cudaMemsetAsync", attrs.kernel, attrs.library, error);
     return ffi::Error::Success();
   }
 
-  const std::vector<BatchAxis> axes = MergedBatchAxes(a.dimensions(), b.dimensions(), out_dims);
+  const std::vector<BatchAxis> axes = MergedBatchAxes(a.dims, b.dims, out_dims);
   if (axes.size() > TSMM_MAX_BATCH_DIMS) {
     return ffi::Error::InvalidArgument(
         "jax_tsmm: the batch axes of out " + ShapeString(out_dims) + " need " +
@@ -177,9 +210,9 @@ ffi::Error Tsmm(Op op, cudaStream_t stream, ffi::AnyBuffer a, ffi::AnyBuffer b, 
         std::to_string(TSMM_MAX_BATCH_DIMS) + " the kernels take; broadcast the operands first");
   }
   TsmmArgs args = {};
-  args.a = a.untyped_data();
-  args.b = b.untyped_data();
-  args.out = out.untyped_data();
+  args.a = a.data;
+  args.b = b.data;
+  args.out = out.data;
   args.k = k;
   args.batch = 1;
   args.batch_dims = static_cast<int>(axes.size());
@@ -190,7 +223,7 @@ ffi::Error Tsmm(Op op, cudaStream_t stream, ffi::AnyBuffer a, ffi::AnyBuffer b, 
     args.batch *= axes[i].extent;
   }
   if (update) {
-    args.y = update->y->untyped_data();
+    args.y = update->y.data;
     std::copy(update->alpha, update->alpha + 2, args.alpha);
     std::copy(update->beta, update->beta + 2, args.beta);
   }
@@ -203,10 +236,10 @@ ffi::Error Tsmm(Op op, cudaStream_t stream, ffi::AnyBuffer a, ffi::AnyBuffer b, 
 
   const int64_t matrix_elements = out_dims[rank - 2] * out_dims[rank - 1];
   const bool needs_finalize = op == Op::kAtb && args.grid_k > 1;
-  args.partials = out.untyped_data();
+  args.partials = out.data;
   if (needs_finalize) {
     const size_t bytes = static_cast<size_t>(args.batch * args.grid_k * matrix_elements) *
-                         ElementBytes(out.element_type());
+                         ElementBytes(out.type);
     if (partials == nullptr || partials->size_bytes() < bytes) {
       return ffi::Error::InvalidArgument(
           "jax_tsmm: kernel '" + std::string(attrs.kernel) + "' needs " + std::to_string(bytes) +
@@ -238,32 +271,37 @@ ffi::Error Tsmm(Op op, cudaStream_t stream, ffi::AnyBuffer a, ffi::AnyBuffer b, 
                       attrs.library);
 }
 
+// atb's partial sums are taken as they are: the lowering sizes them in the
+// dtype the kernel sees.
 ffi::Error TsmmAtbImpl(cudaStream_t stream, ffi::AnyBuffer a, ffi::AnyBuffer b,
                        ffi::Result<ffi::AnyBuffer> out, ffi::Result<ffi::AnyBuffer> partials,
                        std::string_view kernel, std::string_view library, int32_t threads,
                        int32_t shared_bytes, int64_t rows_per_chunk, int64_t grid_k,
-                       int32_t m_panels) {
-  return Tsmm(Op::kAtb, stream, a, b, *out, &*partials, nullptr,
-              {kernel, library, threads, shared_bytes, rows_per_chunk, grid_k, m_panels});
+                       int32_t m_panels, bool real_view) {
+  return Tsmm(Op::kAtb, stream, View(a, real_view), View(b, real_view), View(*out, real_view),
+              &*partials, nullptr,
+              {kernel, library, threads, shared_bytes, rows_per_chunk, grid_k, m_panels, real_view});
 }
 
 ffi::Error TsmmAbImpl(cudaStream_t stream, ffi::AnyBuffer a, ffi::AnyBuffer c,
                       ffi::Result<ffi::AnyBuffer> out, std::string_view kernel,
                       std::string_view library, int32_t threads, int32_t shared_bytes,
-                      int64_t rows_per_chunk, int64_t grid_k, int32_t m_panels) {
-  return Tsmm(Op::kAb, stream, a, c, *out, nullptr, nullptr,
-              {kernel, library, threads, shared_bytes, rows_per_chunk, grid_k, m_panels});
+                      int64_t rows_per_chunk, int64_t grid_k, int32_t m_panels, bool real_view) {
+  return Tsmm(Op::kAb, stream, View(a, real_view), View(c, real_view), View(*out, real_view),
+              nullptr, nullptr,
+              {kernel, library, threads, shared_bytes, rows_per_chunk, grid_k, m_panels, real_view});
 }
 
 ffi::Error TsmmAbUpdateImpl(cudaStream_t stream, ffi::AnyBuffer a, ffi::AnyBuffer c,
                             ffi::AnyBuffer y, ffi::Result<ffi::AnyBuffer> out,
                             std::string_view kernel, std::string_view library, int32_t threads,
                             int32_t shared_bytes, int64_t rows_per_chunk, int64_t grid_k,
-                            int32_t m_panels, double alpha_real, double alpha_imag,
-                            double beta_real, double beta_imag) {
-  const Update update = {&y, {alpha_real, alpha_imag}, {beta_real, beta_imag}};
-  return Tsmm(Op::kAb, stream, a, c, *out, nullptr, &update,
-              {kernel, library, threads, shared_bytes, rows_per_chunk, grid_k, m_panels});
+                            int32_t m_panels, bool real_view, double alpha_real,
+                            double alpha_imag, double beta_real, double beta_imag) {
+  const Update update = {View(y, real_view), {alpha_real, alpha_imag}, {beta_real, beta_imag}};
+  return Tsmm(Op::kAb, stream, View(a, real_view), View(c, real_view), View(*out, real_view),
+              nullptr, &update,
+              {kernel, library, threads, shared_bytes, rows_per_chunk, grid_k, m_panels, real_view});
 }
 
 // The launch attributes every product takes, after its buffers.
@@ -276,7 +314,8 @@ auto WithKernelAttrs(Binding binding) {
       .template Attr<int32_t>("shared_bytes")
       .template Attr<int64_t>("rows_per_chunk")
       .template Attr<int64_t>("grid_k")
-      .template Attr<int32_t>("m_panels");
+      .template Attr<int32_t>("m_panels")
+      .template Attr<bool>("real_view");
 }
 
 auto AtbBinding() {

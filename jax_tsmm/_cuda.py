@@ -5,7 +5,9 @@ Registered for platform "cuda" on the per-shard primitives (``atb_local_p``,
 default lowering; the rules in ``_primitives`` are untouched. Problems no
 kernel serves (half precision, empty or very wide shapes, a build without
 CUDA) and those where the tuning database says XLA measured faster lower to
-XLA's dot.
+XLA's dot. Complex problems may run as their real view (see ``_dispatch``):
+the real kernel of twice the widths on the same buffers, with the small C
+expanded and the small result combined here.
 """
 
 from __future__ import annotations
@@ -15,7 +17,9 @@ import math
 import warnings
 
 import jax
+import jax.numpy as jnp
 import numpy as np
+from jax import lax
 from jax.interpreters import mlir
 from jaxlib import xla_client
 
@@ -78,12 +82,43 @@ def grid_k(spec, k: int, batch: int) -> int:
     return max(1, min(wanted, math.ceil(k / spec.rows_per_chunk)))
 
 
+def expand_complex(c, conj: bool):
+    """Complex C (..., M, N) -> the real C' (..., 2M, 2N) for which the real view of
+    op(A) times C' is the real view of op(A) C (real views: the last axis doubled,
+    real and imaginary parts interleaved). Row 2i of C' meets Re a_i, row 2i+1
+    Im a_i, so block (i, j) is [[Re c, Im c], [-Im c, Re c]]; conj(A) negates
+    Im a_i, hence the odd rows."""
+    re, im = jnp.real(c), jnp.imag(c)
+    even = jnp.stack([re, im], axis=-1)
+    odd = jnp.stack([-im, re], axis=-1)
+    rows = jnp.stack([even, -odd if conj else odd], axis=-3)  # (..., M, 2, N, 2)
+    return rows.reshape(*c.shape[:-2], 2 * c.shape[-2], 2 * c.shape[-1])
+
+
+def combine_complex(r, conj: bool):
+    """op(A)ᵀ B (..., M, N) from R (..., 2M, 2N), the real product of the real views
+    of A and B: block (i, j) of R holds the sums [[ar br, ar bi], [ai br, ai bi]];
+    conj(A) negates ai, hence the odd rows."""
+    a_re, a_im = r[..., 0::2, :], r[..., 1::2, :]
+    if conj:
+        a_im = -a_im
+    return lax.complex(a_re[..., 0::2] - a_im[..., 1::2], a_re[..., 1::2] + a_im[..., 0::2])
+
+
 def _kernel_call(*operands, spec, out_aval, conj, alpha=1, beta=0):
     """The FFI call of ``spec``'s kernel; atb's partial sums are a second result,
-    ab's update writes into y's buffer (XLA copies y first unless it is dead)."""
-    del conj  # part of the spec
+    ab's update writes into y's buffer (XLA copies y first unless it is dead).
+
+    A real spec for complex operands runs on their real view: the handler sees
+    each complex buffer as real of twice the width (``real_view``; nothing is
+    copied), ab's C goes in expanded (conj and alpha folded in, so the kernel
+    adds beta y with a real beta), atb's real result is combined after. Otherwise
+    conj is part of the spec."""
+    real_view = _dispatch.is_real_view(spec, out_aval.dtype)
+    problem = spec.problem
     k = operands[0].shape[-2]
-    batch = math.prod(out_aval.shape[:-2])
+    batch_shape = out_aval.shape[:-2]
+    batch = math.prod(batch_shape)
     attrs = dict(
         kernel=spec.name,
         library=_kernels.library_for(spec, arch()),
@@ -92,22 +127,26 @@ def _kernel_call(*operands, spec, out_aval, conj, alpha=1, beta=0):
         rows_per_chunk=np.int64(spec.rows_per_chunk),
         grid_k=np.int64(grid_k(spec, k, batch)),
         m_panels=np.int32(spec.config.m_panels),
+        real_view=real_view,
     )
-    results = [jax.ShapeDtypeStruct(out_aval.shape, out_aval.dtype)]
-    aliases = {}
-    if spec.problem.op == "atb":
-        partials = batch * int(attrs["grid_k"]) * math.prod(out_aval.shape[-2:])
-        results.append(jax.ShapeDtypeStruct((partials if attrs["grid_k"] > 1 else 0,), out_aval.dtype))
-        target = "tsmm_atb"
-    elif spec.problem.update:
-        alpha, beta = complex(alpha), complex(beta)
-        attrs.update(alpha_real=np.float64(alpha.real), alpha_imag=np.float64(alpha.imag),
-                     beta_real=np.float64(beta.real), beta_imag=np.float64(beta.imag))
-        aliases = {2: 0}
-        target = "tsmm_ab_update"
-    else:
-        target = "tsmm_ab"
-    return jax.ffi.ffi_call(target, results, input_output_aliases=aliases)(*operands, **attrs)[0]
+    if problem.op == "atb":
+        # The kernel's problem shapes its results: (M, N), or the real view's (2M, 2N).
+        partials = batch * int(attrs["grid_k"]) * problem.m * problem.n if attrs["grid_k"] > 1 else 0
+        results = (jax.ShapeDtypeStruct(batch_shape + (problem.m, problem.n), problem.dtype),
+                   jax.ShapeDtypeStruct((partials,), problem.dtype))
+        out = jax.ffi.ffi_call("tsmm_atb", results)(*operands, **attrs)[0]
+        return combine_complex(out, conj) if real_view else out
+    if real_view:
+        a, c, *y = operands
+        operands = (a, expand_complex(c if alpha == 1 else alpha * c, conj), *y)
+        alpha = 1
+    result = jax.ShapeDtypeStruct(out_aval.shape, out_aval.dtype)
+    if not problem.update:
+        return jax.ffi.ffi_call("tsmm_ab", result)(*operands, **attrs)
+    alpha, beta = complex(alpha), complex(beta)
+    attrs.update(alpha_real=np.float64(alpha.real), alpha_imag=np.float64(alpha.imag),
+                 beta_real=np.float64(beta.real), beta_imag=np.float64(beta.imag))
+    return jax.ffi.ffi_call("tsmm_ab_update", result, input_output_aliases={2: 0})(*operands, **attrs)
 
 
 def _lowering(op: str, xla_impl, *, update: bool = False):
@@ -119,7 +158,10 @@ def _lowering(op: str, xla_impl, *, update: bool = False):
         batch_dims = len(out_aval.shape) - 2
         spec = None
         if math.prod(out_aval.shape) > 0:
-            spec = _dispatch.select(op, x_aval.dtype, m, n, k, batch_dims, conj, arch(), update=update)
+            # A complex beta is no scale of y's real view: the update then runs natively.
+            real_view = complex(scales.get("beta", 0)).imag == 0
+            spec = _dispatch.select(op, x_aval.dtype, m, n, k, batch_dims, conj, arch(), update=update,
+                                    real_view=real_view)
         if spec is None or not register_targets():
             return mlir.lower_fun(xla_impl, multiple_results=False)(ctx, *operands, conj=conj, **scales)
         call = functools.partial(_kernel_call, spec=spec, out_aval=out_aval)

@@ -4,6 +4,17 @@ Precedence (Tensile's library logic): the tuning database of this GPU's
 architecture, whose entries for (op, dtype, M, N) are split into K ranges by
 thresholds; then the generator's model; XLA's dot where no kernel applies or
 where the tuner measured XLA faster.
+
+A complex problem may run as its real view: a complex (K, M) row-major matrix
+is bit for bit a real (K, 2M) one, so op(A)ᵀ B is read off the real (2M, 2N)
+product of the real views, and op(A) C is the real view of A times C expanded
+into a real (2M, 2N) matrix (``_cuda`` expands and combines the small parts).
+The same bytes and flops, but float64 runs on the FP64 tensor-core kernels
+(~90 % of the memory roofline where the complex FMA kernels reach 56-80 %).
+Where 2M and 2N fit MAX_WIDTH, the complex key's database entry decides
+(``"real_view": true``: the real problem is then selected by its own entries
+and the model), else the model's rule: the real view where it moves the
+product onto the tensor cores (the real problem's model kernel uses DMMA).
 """
 
 from __future__ import annotations
@@ -20,6 +31,8 @@ from jax_tsmm.codegen.abi import MAX_BATCH_DIMS
 
 KERNEL_DTYPES = ("float32", "float64", "complex64", "complex128")
 MAX_WIDTH = 128
+REAL_VIEW_MAX_ATB_WIDTH = 64  # of the real problem, for the model's rule
+REAL_COMPONENT = {"complex64": "float32", "complex128": "float64"}
 TUNING_DIR = pathlib.Path(__file__).parent / "tuning"
 
 _forced: list[KernelSpec] = []
@@ -76,10 +89,11 @@ def mtsm_key(transpose_a: bool, dtype: str, n: int) -> str:
     return f"{'mtsm_t' if transpose_a else 'mtsm'}:{dtype}:n{n}"
 
 
-def tuned(key: str, k: int, arch: str) -> tuple[bool, dict | None]:
-    """(found, configuration fields) from the database; None with found means use
-    XLA. The entry of the range holding K serves; below every range, the lowest
-    range's (a measured choice beats the untimed model).
+def tuned(key: str, k: int, arch: str) -> dict | None:
+    """The database entry that serves K ({k_min, config, ...}; config None means
+    use XLA, ``real_view`` that a complex problem runs as its real view), or None
+    where the database has no say. The entry of the range holding K serves; below
+    every range, the lowest range's (a measured choice beats the untimed model).
 
     XLA's Aᵀ B is fast only at some K: on an H100 (2026-11-22) at K = 2^16, 2^20
     and 2^22 it reached 60-95 % of roofline, at K = 65537, 99991, 1048573, 1500007
@@ -88,33 +102,78 @@ def tuned(key: str, k: int, arch: str) -> tuple[bool, dict | None]:
     at; at other K the model's kernel serves."""
     entries = database(arch).get(key, [])
     if not entries:
-        return False, None
+        return None
     chosen = entries[0]
     for entry in entries:
         if entry["k_min"] <= k:
             chosen = entry
     timed_k = chosen.get("k_tuned", 1)
     if chosen["config"] is None and key.startswith("atb:") and k % (timed_k & -timed_k):
-        return False, None
-    return True, chosen["config"]
+        return None
+    return chosen
+
+
+def real_view_problem(problem: Problem) -> Problem | None:
+    """The real problem of twice the widths that computes complex ``problem`` on its
+    operands' real views (conj goes into the expansion and combination), or None:
+    a real problem, or too wide."""
+    real_dtype = REAL_COMPONENT.get(problem.dtype)
+    if real_dtype is None or 2 * max(problem.m, problem.n) > MAX_WIDTH:
+        return None
+    return Problem(problem.op, real_dtype, 2 * problem.m, 2 * problem.n, update=problem.update)
+
+
+def is_real_view(spec: KernelSpec, dtype) -> bool:
+    """Whether ``spec`` serves a call on operands of ``dtype`` through their real view."""
+    return spec.problem.dtype != np.dtype(dtype).name
+
+
+def _model_prefers_real_view(real: Problem) -> bool:
+    """The real view pays where its real problem runs on the tensor cores (measured
+    on an H100, 2026-11-22: complex atb 5..32 at 75-97 % of roofline as real
+    views, ab 10..24 at 87-95 %); narrower, the complex FMA kernels do as well
+    with no expansion or combination. atb's real problem wider than
+    REAL_VIEW_MAX_ATB_WIDTH is too wide for one block's warp tiles (complex 56x56
+    and 64x64 at 6-10 %); ab's real view stays ahead of the complex kernels there
+    (complex128 ab 40..64: 47-65 % against 25-31 %)."""
+    if real.op == "atb" and max(real.m, real.n) > REAL_VIEW_MAX_ATB_WIDTH:
+        return False
+    try:
+        return default_config(real).mma
+    except InvalidSpec:
+        return False
+
+
+def _prefers_real_view(entry: dict | None, real: Problem) -> bool:
+    """The database's choice where it has an entry, else the model's rule."""
+    return entry.get("real_view", False) if entry is not None else _model_prefers_real_view(real)
 
 
 def select(op: str, dtype, m: int, n: int, k: int, batch_dims: int, conj: bool,
-           arch: str = "sm_90", *, update: bool = False) -> KernelSpec | None:
+           arch: str = "sm_90", *, update: bool = False, real_view: bool = True) -> KernelSpec | None:
     """The kernel for this problem (``update``: ab's fused update), or None to use
-    XLA's dot."""
+    XLA's dot. For a complex problem it may be the kernel of the real view's
+    problem (see the module docstring; ``is_real_view`` tells): where the real
+    view fits and the database entry, or without one the model, says so. ``real_view=False`` rules it out (ab's update with a complex beta, which
+    does not act on the real view as a scale). A forced spec serves the call's
+    problem or its real view's."""
     dtype = np.dtype(dtype).name
     if dtype not in KERNEL_DTYPES or batch_dims > MAX_BATCH_DIMS:
         return None
     if not (1 <= m <= MAX_WIDTH and 1 <= n <= MAX_WIDTH) or k == 0:
         return None
     problem = Problem(op, dtype, m, n, conj=conj, update=update)
+    real = real_view_problem(problem) if real_view else None
     for spec in reversed(_forced):
-        if spec.problem == problem:
+        if spec.problem in (problem, real):
             return spec
-    found, config = tuned(problem_key(problem), k, arch)
-    if found:
-        return None if config is None else KernelSpec(problem, Config(**config))
+    entry = tuned(problem_key(problem), k, arch)
+    if entry is not None and entry["config"] is None:
+        return None  # XLA measured faster
+    if real is not None and _prefers_real_view(entry, real):
+        return select(op, real.dtype, real.m, real.n, k, batch_dims, False, arch, update=update)
+    if entry is not None and not entry.get("real_view", False):
+        return KernelSpec(problem, Config(**entry["config"]))
     try:
         return KernelSpec(problem, default_config(problem))
     except InvalidSpec:

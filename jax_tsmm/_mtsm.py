@@ -158,8 +158,9 @@ def select(dtype, transpose_a: bool, n: int, conj: bool, k: int, arch: str = "sm
     if dtype not in KERNEL_DTYPES or not 1 <= n <= mtsm_codegen.MAX_N:
         return None
     problem = mtsm_codegen.MtsmProblem(transpose_a, dtype, n, conj=conj)
-    found, config = _dispatch.tuned(_dispatch.mtsm_key(transpose_a, dtype, n), k, arch)
-    if found:
+    entry = _dispatch.tuned(_dispatch.mtsm_key(transpose_a, dtype, n), k, arch)
+    if entry is not None:
+        config = entry["config"]
         return None if config is None else mtsm_codegen.MtsmSpec(problem, mtsm_codegen.MtsmConfig(**config))
     if dtype == "complex128" and fma_bound(problem):
         return None

@@ -13,7 +13,8 @@ is smaller where the widths are more than 8 apart), rotating between two input
 sets; times are medians of several loops timed inside one jitted function.
 ``ab_update`` is the fused V - Q C (``ab(q, c, out=v, alpha=-1, beta=1)``)
 against ``v - q @ c``. Each row names the kernel configuration it timed (None:
-dispatch chose XLA's dot); ``--model`` times the model's kernel everywhere,
+dispatch chose XLA's dot; with ``real_view`` that of the real kernel a complex
+problem ran as, see ``_dispatch``); ``--model`` times the model's kernel everywhere,
 ignoring the tuning database, which is how the database is rebuilt
 (``python -m jax_tsmm.tune --from-bench``).
 
@@ -207,6 +208,7 @@ def bench_shape(op: str, dtype, m: int, n: int, k: int, ceilings: dict, model: b
     return {
         "op": op, "dtype": np.dtype(dtype).name, "M": m, "N": n, "K": k,
         "config": dataclasses.asdict(spec.config) if spec else None,
+        "real_view": spec is not None and _dispatch.is_real_view(spec, dtype),
         "tsmm_s": ours_s, "xla_s": xla_s,
         "tsmm_pct": 100 * best / ours_s, "xla_pct": 100 * best / xla_s,
         "speedup": xla_s / ours_s,
@@ -296,7 +298,8 @@ def _print_row(row: dict) -> None:
     print(
         f"{row['op']:>6} {row['dtype']:>10} {row['M']:>3}x{row['N']:<3} K={row['K']:>10}  "
         f"tsmm {row['tsmm_s'] * 1e3:8.3f} ms {row['tsmm_pct']:5.1f}%   "
-        f"xla {row['xla_s'] * 1e3:8.3f} ms {row['xla_pct']:5.1f}%   x{row['speedup']:.2f}",
+        f"xla {row['xla_s'] * 1e3:8.3f} ms {row['xla_pct']:5.1f}%   x{row['speedup']:.2f}"
+        + ("   (real view)" if row.get("real_view") else ""),
         flush=True,
     )
 

@@ -15,7 +15,9 @@ XLA. Finished problems are kept, so an interrupted run resumes.
 runs (the model's kernel against XLA on the same inputs, its K-sweep too) as
 one-candidate entries for problems the tuner has not covered, replacing older
 bench entries of the same K range, so that dispatch falls back to XLA wherever
-XLA measured faster.
+XLA measured faster, and keeps a complex problem on its real view where that is
+what won (``"real_view": true``; the real problem's own entries then choose its
+kernel).
 """
 
 from __future__ import annotations
@@ -91,13 +93,17 @@ def entries_from_bench(reports: list[dict]) -> dict[str, list[dict]]:
             update = row["op"] == "ab_update"
             problem = Problem("ab" if update else row["op"], row["dtype"], row["M"], row["N"], update=update)
             key = _dispatch.problem_key(problem)
-        measured.setdefault(key, {})[k_min] = {
+        won = row["tsmm_s"] < row["xla_s"]
+        entry = {
             "k_min": k_min, "k_tuned": row["K"],
-            "config": row["config"] if row["tsmm_s"] < row["xla_s"] else None,
+            "config": row["config"] if won else None,
             "tsmm_s": row["tsmm_s"], "tsmm_pct": row["tsmm_pct"],
             "xla_s": row["xla_s"], "xla_pct": row["xla_pct"],
             "candidates": 1, "source": f"bench {report['device']} {report['date']}",
         }
+        if won and row.get("real_view"):
+            entry["real_view"] = True  # config is then the real kernel's, as timed
+        measured.setdefault(key, {})[k_min] = entry
     return {key: [by_k[k] for k in sorted(by_k)] for key, by_k in measured.items()}
 
 

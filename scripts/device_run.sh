@@ -32,7 +32,8 @@ benches=0 tunes=0 compares=0
 for item in "$@"; do
   read -r name args <<< "$item"
   case $name in
-    tests) step tests python3 -m pytest -m gpu -q --maxfail=25 -p no:cacheprovider --junitxml="$OUT/tests.xml" $args ;;
+    tests)  # ARGS may quote: "tests tests/test_gpu.py -k 'tensor_core or update'"
+      eval "step tests python3 -m pytest -m gpu -q --maxfail=25 -p no:cacheprovider --junitxml=$OUT/tests.xml $args" ;;
     suite) step suite python3 -m pytest -q -p no:cacheprovider ;;
     sanitize) step sanitize scripts/sanitize.sh ;;
     bench)  # bench, bench2, ...: one JSON, Markdown and PNG each
@@ -58,7 +59,9 @@ for item in "$@"; do
       name=${name}_${shape//:/_} ;;
     tune)  # tune, tune2, ...: the database after each is copied out
       tunes=$((tunes + 1)); [ $tunes -gt 1 ] && name=tune$tunes
-      step $name python3 -m jax_tsmm.tune $args; cp jax_tsmm/tuning/sm_90.json "$OUT/$name-sm_90.json" ;;
+      # TUNE_SECONDS bounds each tune (it saves after every problem), so later steps still run.
+      step $name timeout "${TUNE_SECONDS:-540}" python3 -m jax_tsmm.tune $args
+      cp jax_tsmm/tuning/sm_90.json "$OUT/$name-sm_90.json" ;;
     *) echo "unknown step $name" >> "$summary"; continue ;;
   esac
   tail -25 "$OUT/$name.log"
