@@ -83,15 +83,16 @@ def _atb_config(problem: Problem, m_panels: int, widest: int) -> Config:
 
 def _atb_mma_warp_tile(blocks_m: int, blocks_n: int) -> tuple[int, int]:
     """tile_m x tile_n blocks of 8x8 per warp. Up to 4x4 blocks (32x32): 2x4 (the
-    shapes measured at 86-95 % of roofline). From 7x7 blocks (49x49): 4x4, half
-    the fragment loads per DMMA of the tiles below (tuned on an H100, 2026-11-23:
-    float64 49..55 at 92-95 % against 86-88 % for 7x1; float32 56 and 64 at 70
-    and 82 % against 64 and 74 %). Between: the tile of at most
+    shapes measured at 86-95 % of roofline). 7x7 blocks (49..56 wide): 4x4, with
+    fewer fragment loads per DMMA than 7x1 (H100, 2026-11-23: float64 49..56 at
+    86.6-94.0 % against 80.5-92.7 %, float32 56 at 70 % against 64 %; at 8x8 blocks 4x4
+    measured worse than 2x4 where rows are odd, 61 and 63 at 79-80 % against
+    91-92 %). Otherwise wider than 4x4 blocks: the tile of at most
     MMA_TILE_BLOCKS blocks, in at most MMA_MAX_WARPS warps, that issues the fewest
     DMMA instructions (a pair of blocks stacked along M is one m16n8k4; blocks past
     M and N are wasted work), then needs the fewest fragment loads per instruction;
     4x4 where none fits."""
-    if min(blocks_m, blocks_n) >= 7:
+    if (blocks_m, blocks_n) == (7, 7):
         return 4, 4
     if blocks_m * blocks_n > 16:
         tiles = [(tm, tn) for tm in range(1, blocks_m + 1) for tn in range(1, blocks_n + 1)

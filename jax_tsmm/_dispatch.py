@@ -12,9 +12,10 @@ into a real (2M, 2N) matrix (``_cuda`` expands and combines the small parts).
 The same bytes and flops, but float64 runs on the FP64 tensor-core kernels
 (~90 % of the memory roofline where the complex FMA kernels reach 56-80 %).
 Where 2M and 2N fit MAX_WIDTH, the complex key's database entry decides
-(``"real_view": true``: the real problem is then selected by its own entries
-and the model), else the model's rule: the real view where it moves the
-product onto the tensor cores (the real problem's model kernel uses DMMA).
+(``"real_view": true``, with the real kernel it timed), else the model's rule:
+the real view where it moves the product onto the tensor cores (the real
+problem's model kernel uses DMMA), with the real problem's tuned kernel if it
+has one.
 """
 
 from __future__ import annotations
@@ -154,7 +155,8 @@ def select(op: str, dtype, m: int, n: int, k: int, batch_dims: int, conj: bool,
     """The kernel for this problem (``update``: ab's fused update), or None to use
     XLA's dot. For a complex problem it may be the kernel of the real view's
     problem (see the module docstring; ``is_real_view`` tells): where the real
-    view fits and the database entry, or without one the model, says so. ``real_view=False`` rules it out (ab's update with a complex beta, which
+    view fits and the database entry, or without one the model, says so.
+    ``real_view=False`` rules it out (ab's update with a complex beta, which
     does not act on the real view as a scale). A forced spec serves the call's
     problem or its real view's."""
     dtype = np.dtype(dtype).name
@@ -171,10 +173,23 @@ def select(op: str, dtype, m: int, n: int, k: int, batch_dims: int, conj: bool,
     if entry is not None and entry["config"] is None:
         return None  # XLA measured faster
     if real is not None and _prefers_real_view(entry, real):
-        return select(op, real.dtype, real.m, real.n, k, batch_dims, False, arch, update=update)
+        if entry is not None:  # the real kernel this entry timed against this problem's XLA
+            return KernelSpec(real, Config(**entry["config"]))
+        return _real_view_kernel(real, k, arch)
     if entry is not None and not entry.get("real_view", False):
         return KernelSpec(problem, Config(**entry["config"]))
     try:
         return KernelSpec(problem, default_config(problem))
     except InvalidSpec:
         return None
+
+
+def _real_view_kernel(real: Problem, k: int, arch: str) -> KernelSpec:
+    """The kernel of a real view's problem: its own tuned kernel where the database
+    has one, else the model's. An entry of the real problem that chose XLA compared
+    against the real dtype's dot, which says nothing about the complex one (XLA's
+    complex ab reached 51-83 % where the real views reached 86-95 %)."""
+    entry = tuned(problem_key(real), k, arch)
+    if entry is not None and entry["config"] is not None:
+        return KernelSpec(real, Config(**entry["config"]))
+    return KernelSpec(real, default_config(real))

@@ -96,23 +96,29 @@ def _config(problem: Problem) -> dict:
 
 
 def test_database_entries_choose_the_real_view(monkeypatch):
-    """The complex key's entry decides: its real view (the real problem then by its
-    own entries, K ranges included), its native kernel, or XLA."""
-    real_config = dataclasses.replace(default_config(Problem("atb", "float32", 10, 6)), blocks_per_sm=1)
+    """The complex key's entry decides: its real view (with the real kernel it timed),
+    its native kernel, or XLA. Without one, the model's real view takes the real
+    problem's tuned kernel, but not the real problem's XLA: that was timed against
+    the real dtype's dot."""
+    timed_config = dataclasses.replace(default_config(Problem("atb", "float32", 10, 6)), blocks_per_sm=3)
+    tuned_config = dataclasses.replace(default_config(Problem("ab", "float64", 32, 32)), blocks_per_sm=1)
     native = _config(Problem("atb", "complex128", 5, 3))
     entries = {
-        "atb:complex64:5x3": [{"k_min": 0, "config": _config(Problem("atb", "float32", 10, 6)), "real_view": True}],
-        "atb:float32:10x6": [{"k_min": 0, "config": dataclasses.asdict(real_config)},
-                             {"k_min": 1 << 20, "k_tuned": 1 << 20, "config": None}],
+        "atb:complex64:5x3": [{"k_min": 0, "config": dataclasses.asdict(timed_config), "real_view": True}],
+        "atb:float32:10x6": [{"k_min": 0, "config": None}],
         "atb:complex128:5x3": [{"k_min": 0, "config": native}],
         "ab:complex128:5x3": [{"k_min": 0, "config": None}],
+        "ab:float64:32x32": [{"k_min": 0, "config": dataclasses.asdict(tuned_config)},
+                             {"k_min": 1 << 20, "k_tuned": 1 << 20, "config": None}],
     }
     monkeypatch.setattr(_dispatch, "_database_file", lambda arch: entries)
-    assert select("atb", "complex64", 5, 3, k=1000, conj=True) == KernelSpec(Problem("atb", "float32", 10, 6), real_config)
-    assert select("atb", "complex64", 5, 3, k=1 << 21) is None  # the real problem's XLA range
+    assert select("atb", "complex64", 5, 3, k=1000, conj=True) == KernelSpec(Problem("atb", "float32", 10, 6), timed_config)
     assert select("atb", "complex128", 5, 3) == KernelSpec(Problem("atb", "complex128", 5, 3), Config(**native))
     assert select("ab", "complex128", 5, 3) is None
-    assert select("ab", "complex128", 16, 16).problem == Problem("ab", "float64", 32, 32)  # no entry: the model
+    real = Problem("ab", "float64", 32, 32)
+    assert select("ab", "complex128", 16, 16, k=1000) == KernelSpec(real, tuned_config)  # no entry: the model
+    assert select("ab", "complex128", 16, 16, k=1 << 21) == KernelSpec(real, default_config(real))
+    assert select("ab", "float64", 32, 32, k=1 << 21) is None
     with _dispatch.model_only():
         assert select("atb", "complex64", 5, 3).problem.dtype == "complex64"
 
