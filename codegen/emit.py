@@ -153,7 +153,8 @@ __device__ __forceinline__ void tsmm_copy_out(T* dst, const T* y, const T* stage
 // (padding that spreads a column over the banks). Where rows are whole 16-byte
 // vectors in both layouts and the source is aligned, they move as 16-byte
 // copies (half or a quarter of the copy instructions) unless kCopy asks for
-// elements; else element by element.
+// elements; rows of floats in pairs as 8-byte copies (float32 on the tensor
+// cores, whose padded strides are even); else element by element.
 template <typename T, int kThreads, int kCols, int kStride, int kCopy>
 __device__ __forceinline__ void tsmm_stage_copy_rows(T* dst, const T* src, int rows) {
   constexpr int kVec = 16 / sizeof(T);
@@ -164,6 +165,17 @@ __device__ __forceinline__ void tsmm_stage_copy_rows(T* dst, const T* src, int r
         const int row = v / kRowVectors;
         const int col = (v - row * kRowVectors) * kVec;
         tsmm_cp_async_16(dst + row * kStride + col, src + row * kCols + col);
+      }
+      return;
+    }
+  }
+  if constexpr (kCopy != kTsmmElement && sizeof(T) == 4 && kCols % 2 == 0 && kStride % 2 == 0) {
+    if (reinterpret_cast<unsigned long long>(src) % 8 == 0) {
+      constexpr int kRowPairs = kCols / 2;
+      for (int v = threadIdx.x; v < rows * kRowPairs; v += kThreads) {
+        const int row = v / kRowPairs;
+        const int col = (v - row * kRowPairs) * 2;
+        tsmm_cp_async_8(dst + row * kStride + col, src + row * kCols + col);
       }
       return;
     }

@@ -1,6 +1,6 @@
 """A sample of kernels for compute-sanitizer: each op and dtype, odd and even
-shapes, ragged K, broadcast batches, the tensor-core paths and the fused
-update. Checks results too, so a run that passes the sanitizer but computes
+shapes, ragged K, broadcast batches, the tensor-core paths (float32 too),
+complex products through their real view and the fused update. Checks results too, so a run that passes the sanitizer but computes
 garbage still fails. Dispatch follows the model (no tuning database), so every
 case runs a kernel."""
 
@@ -36,6 +36,12 @@ CASES = list(zip(
     (("ab_update", "float64"), (8, 16), 1001),  # fused update
     (("ab_update", "complex64"), (5, 7), 4099),
     (("ab_update", "float64"), (24, 30), 33),  # fused update on the tensor cores
+    (("atb", "float32"), (40, 37), 1003),  # float32 on the FP64 tensor cores
+    (("ab", "float32"), (37, 30), 1003),  # ... ab, C in registers, paired 8-byte stores
+    (("atb", "complex128"), (13, 7), 1001),  # real view: float64 26x14 on the same buffers
+    (("atb", "complex64"), (30, 9), 33),
+    (("ab", "complex128"), (12, 13), 4099),  # real view of A and out, C expanded
+    (("ab_update", "complex64"), (20, 11), 1001),  # real view of y too
 ]
 for (op, dtype), (m, n), k in CASES:
     with _dispatch.model_only():
