@@ -24,6 +24,7 @@ BLOCKS_PER_SM = 2
 ROWS_PER_THREAD = 4  # per stage, at least, for atb
 SECTOR_BYTES = 32  # ab: neighbouring threads store at least one full sector of a row
 SHARED_BUDGET = 112 * 1024  # two blocks per SM
+SM_REGISTERS = 65536
 C_SHARED_LIMIT = 48 * 1024
 # float64 wider than 16 x 16 turns compute-bound on the FMA units: use DMMA. atb
 # from 9 x 9 too: measured on an H100 (2026-11-22, tune) at 92-95 % of roofline
@@ -190,20 +191,27 @@ def default_config(problem: Problem) -> Config:
 
 
 def _shrink_to_fit(problem: Problem, config: Config) -> Config:
-    """Shrink what binds (atb's reduction buffer: the row groups; the ring: the
-    stage) until the spec passes the hardware limits with room for two blocks
-    per SM; raise InvalidSpec if nothing fits."""
+    """Shrink what binds (atb's reduction buffer or the registers: the row groups;
+    the ring: the stage) until the spec passes the hardware limits with room for
+    blocks_per_sm blocks per SM, fewer blocks where one row group's registers
+    alone exceed that share; raise InvalidSpec if nothing fits. The kernels'
+    launch bounds cap the registers at that share: a tile that needs more
+    spills (complex64 atb 48x48, 8x8 tiles in 252 threads: 17.5 % of roofline
+    on an H100, 2026-11-23, against 68 % before the launch bounds)."""
     while True:
         spec = KernelSpec(problem, config)
+        registers_fit = spec.threads * max(spec.estimated_registers(), 32) * config.blocks_per_sm <= SM_REGISTERS
         try:
             validate(spec)
-            if spec.shared_bytes <= SHARED_BUDGET:
+            if spec.shared_bytes <= SHARED_BUDGET and registers_fit:
                 return config
         except InvalidSpec:
             pass
         granule = math.lcm(spec.rows_per_pass, problem.vector_elements)
-        ring_binds = spec.reduction_bytes <= spec.config.stages * spec.stage_bytes
-        if ring_binds and config.rows_per_stage > granule:
+        ring_binds = registers_fit and spec.reduction_bytes <= spec.config.stages * spec.stage_bytes
+        if not registers_fit and config.row_groups == 1 and config.blocks_per_sm > 1:
+            config = dataclasses.replace(config, blocks_per_sm=config.blocks_per_sm - 1)
+        elif ring_binds and config.rows_per_stage > granule:
             rows = max(granule, config.rows_per_stage // 2 // granule * granule)
             config = dataclasses.replace(config, rows_per_stage=rows)
         elif config.row_groups > 1:
