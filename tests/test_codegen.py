@@ -60,6 +60,18 @@ def test_every_width_gets_a_valid_default():
                     assert config.m_panels == 1 or (dtype == "complex128" and m * n > 4096)
 
 
+def test_model_kernels_fit_their_launch_bounds():
+    """The kernels' launch bounds cap registers at the share of blocks_per_sm blocks;
+    the model's tiles must fit it (else they spill: complex64 atb 48x48 fell to
+    17.5 % of roofline)."""
+    for op in ("atb", "ab"):
+        for dtype in DTYPES:
+            for m in range(1, 65, 3):
+                for n in (m, 1, 13, 64):
+                    spec = KernelSpec(Problem(op, dtype, m, n), default_config(Problem(op, dtype, m, n)))
+                    assert spec.threads * spec.estimated_registers() * spec.config.blocks_per_sm <= 65536, spec
+
+
 @pytest.mark.parametrize(
     "change, reason",
     [
