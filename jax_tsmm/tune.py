@@ -16,8 +16,8 @@ runs (the model's kernel against XLA on the same inputs, its K-sweep too) as
 one-candidate entries for problems the tuner has not covered, replacing older
 bench entries of the same K range, so that dispatch falls back to XLA wherever
 XLA measured faster, and keeps a complex problem on its real view where that is
-what won (``"real_view": true``; the real problem's own entries then choose its
-kernel).
+what won (``"real_view": true``, with the real kernel it timed). The tuner's
+own search times native kernels only.
 """
 
 from __future__ import annotations
