@@ -17,7 +17,7 @@ one-candidate entries for problems the tuner has not covered, replacing older
 bench entries of the same K range, so that dispatch falls back to XLA wherever
 XLA measured faster, and keeps a complex problem on its real view where that is
 what won (``"real_view": true``, with the real kernel it timed). The tuner's
-own search times native kernels only.
+own search times both (``candidate_specs``).
 """
 
 from __future__ import annotations
@@ -40,12 +40,23 @@ from jax_tsmm.codegen.search import candidates
 K_RANGES = ((0, 1 << 16), (1 << 18, 1 << 20), (1 << 22, None))
 
 
+def candidate_specs(problem: Problem, limit: int) -> list[KernelSpec]:
+    """Up to ``limit`` candidates of the problem and, for a complex problem with a
+    real view, up to ``limit`` of the real problem it can run as (the same bytes,
+    on the tensor cores; see ``_dispatch``)."""
+    specs = [KernelSpec(problem, c) for c in candidates(problem, limit)]
+    real = _dispatch.real_view_problem(problem)
+    if real is not None:
+        specs += [KernelSpec(real, c) for c in candidates(real, limit)]
+    return specs
+
+
 def tune_problem(problem: Problem, ceilings: dict, limit: int, arch: str, k_min: int = 0) -> list[dict]:
-    """Entries for the K ranges from ``k_min`` up: the fastest of ``limit`` candidates
-    in each, or XLA where it measured faster."""
+    """Entries for the K ranges from ``k_min`` up: the fastest candidate in each
+    (``real_view`` where it is the real view's), or XLA where it measured faster."""
     dtype = np.dtype(problem.dtype)
-    configs = candidates(problem, limit)
-    _kernels.precompile([KernelSpec(problem, c) for c in configs], arch)
+    specs = candidate_specs(problem, limit)
+    _kernels.precompile(specs, arch)
     ours, xla = bench.operations(problem.op)
     entries = []
     for range_min, k_sample in K_RANGES:
@@ -56,19 +67,23 @@ def tune_problem(problem: Problem, ceilings: dict, limit: int, arch: str, k_min:
         roof = bench.roofline_seconds(problem.op, dtype, problem.m, problem.n, k, ceilings)
         xla_s = bench.seconds_per_call(xla, sets, roof)
         timings = []
-        for config in configs:
-            spec = KernelSpec(problem, config)
+        for spec in specs:
             with _dispatch.forced(spec):  # each timing traces a fresh jitted loop
-                timings.append((bench.seconds_per_call(ours, sets, roof), config))
-            print(f"    {timings[-1][0] * 1e3:8.3f} ms ({100 * roof / timings[-1][0]:5.1f}%)  {config}", flush=True)
+                timings.append((bench.seconds_per_call(ours, sets, roof), spec))
+            view = "  (real view)" if spec.problem != problem else ""
+            print(f"    {timings[-1][0] * 1e3:8.3f} ms ({100 * roof / timings[-1][0]:5.1f}%)  {spec.config}{view}",
+                  flush=True)
         best_s, best = min(timings, key=lambda t: t[0])
-        entries.append({
+        entry = {
             "k_min": range_min, "k_tuned": k,
-            "config": dataclasses.asdict(best) if best_s < xla_s else None,
+            "config": dataclasses.asdict(best.config) if best_s < xla_s else None,
             "tsmm_s": best_s, "tsmm_pct": 100 * roof / best_s,
             "xla_s": xla_s, "xla_pct": 100 * roof / xla_s,
-            "candidates": len(configs),
-        })
+            "candidates": len(specs),
+        }
+        if best_s < xla_s and best.problem != problem:
+            entry["real_view"] = True  # config is the real problem's
+        entries.append(entry)
         del sets
         print(f"  K>={range_min:<8} K={k:<10} best {best_s * 1e3:8.3f} ms ({100 * roof / best_s:5.1f}%)  "
               f"xla {xla_s * 1e3:8.3f} ms ({100 * roof / xla_s:5.1f}%)", flush=True)

@@ -34,6 +34,22 @@ def test_tune_problem_covers_every_k_range(monkeypatch):
             validate(KernelSpec(problem, Config(**entry["config"])))
 
 
+@pytest.mark.nvcc
+def test_complex_problems_are_tuned_with_their_real_views(monkeypatch):
+    """The candidates of a complex problem include its real view's; an entry it wins
+    says so and carries the real problem's configuration."""
+    problem = Problem("atb", "complex64", 5, 3)
+    real = Problem("atb", "float32", 10, 6)
+    specs = tune.candidate_specs(problem, 2)
+    assert [s.problem for s in specs] == [problem, problem, real, real]
+    assert tune.candidate_specs(Problem("atb", "complex64", 65, 3), 2)[-1].problem.dtype == "complex64"
+    monkeypatch.setattr(tune, "K_RANGES", ((0, 300),))
+    (entry,) = tune.tune_problem(problem, CEILINGS, limit=2, arch="sm_90")
+    assert entry["candidates"] == 4
+    if entry["config"] is not None:
+        validate(KernelSpec(real if entry.get("real_view") else problem, Config(**entry["config"])))
+
+
 def _row(op, dtype, m, n, k, tsmm_s, xla_s, config):
     return {"op": op, "dtype": dtype, "M": m, "N": n, "K": k, "config": config,
             "tsmm_s": tsmm_s, "xla_s": xla_s, "tsmm_pct": 50.0, "xla_pct": 50.0}
