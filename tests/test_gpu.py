@@ -314,24 +314,25 @@ def test_calls_inside_a_jitted_loop():
 
 def test_tuned_kernels():
     """Every kernel configuration the shipped tuning database chooses for atb, ab and
-    ab's fused update, on fresh random operands of an odd K. (Its mtsm entries are
+    ab's fused update (complex calls' real views included), on fresh random
+    operands of an odd K. (Its mtsm entries are
     the model's configurations, which tests/test_mtsm_gpu.py runs.)"""
     database = json.loads((_dispatch.TUNING_DIR / f"{_cuda.arch()}.json").read_text())["entries"]
-    specs = []
+    cases = []  # (the call's problem, the kernel: a real view's for a complex call where the entry says so)
     for key, entries in database.items():
         op, dtype, shape = key.split(":")
         if op.startswith("mtsm"):
             continue
         m, n = map(int, shape.split("x"))
         problem = Problem("ab" if op == "ab_update" else op, dtype, m, n, update=op == "ab_update")
-        # A real-view entry defers to the real problem's entries (its config is a record).
-        specs += [KernelSpec(problem, Config(**e["config"])) for e in entries
-                  if e["config"] is not None and not e.get("real_view")]
-    specs = list(dict.fromkeys(specs))
-    _kernels.precompile(specs, _cuda.arch())
+        for e in entries:
+            if e["config"] is not None:
+                kernel = _dispatch.real_view_problem(problem) if e.get("real_view") else problem
+                cases.append((problem, KernelSpec(kernel, Config(**e["config"]))))
+    cases = list(dict.fromkeys(cases))
+    _kernels.precompile([spec for _, spec in cases], _cuda.arch())
     rng = np.random.default_rng()
-    for spec in specs:
-        p = spec.problem
+    for p, spec in cases:
         k = 3 * spec.rows_per_chunk + 5
         a, b = operands(rng, p.op, p.dtype, k, p.m, p.n)
         if p.update:
