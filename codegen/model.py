@@ -28,7 +28,8 @@ SM_REGISTERS = 65536
 C_SHARED_LIMIT = 48 * 1024
 # float64 wider than 16 x 16 turns compute-bound on the FMA units: use DMMA. atb
 # from 9 x 9 too: measured on an H100 (2026-11-22, tune) at 92-95 % of roofline
-# against 81-88 % for the FMA tiles.
+# against 81-88 % for the FMA tiles. float32 (widened to double) takes the same
+# thresholds: at the same width it needs twice float64's flops per byte.
 MMA_MIN_OUTPUTS = 16 * 16
 ATB_MMA_MIN_OUTPUTS = 8 * 8
 ATB_MMA_MIN_WIDTH = 5  # narrower, most of each 8-wide block would be waste
@@ -86,9 +87,9 @@ def _atb_mma_warp_tile(blocks_m: int, blocks_n: int) -> tuple[int, int]:
     """tile_m x tile_n blocks of 8x8 per warp. Up to 4x4 blocks (32x32): 2x4 (the
     shapes measured at 86-95 % of roofline). 7x7 blocks (49..56 wide): 4x4, with
     fewer fragment loads per DMMA than 7x1 (H100, 2026-11-23: float64 49..56 at
-    86.6-94.0 % against 80.5-92.7 %, float32 56 at 70 % against 64 %; at 8x8 blocks 4x4
-    measured worse than 2x4 where rows are odd, 61 and 63 at 79-80 % against
-    91-92 %). Otherwise wider than 4x4 blocks: the tile of at most
+    86.6-94.0 % against 80.5-92.7 %, float32 56 at 70 % against 64 %; at 8x8
+    blocks 4x4 measured worse than 2x4 where rows are odd, 61 and 63 at 79-80 %
+    against 91-92 %). Otherwise wider than 4x4 blocks: the tile of at most
     MMA_TILE_BLOCKS blocks, in at most MMA_MAX_WARPS warps, that issues the fewest
     DMMA instructions (a pair of blocks stacked along M is one m16n8k4; blocks past
     M and N are wasted work), then needs the fewest fragment loads per instruction;
