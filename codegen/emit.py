@@ -777,9 +777,10 @@ def _ab_fma_tiles(spec: KernelSpec, ar: _Arith):
 
 def _ab_mma_tiles(spec: KernelSpec, ar: _Arith):
     """FP64 tensor cores (DMMA, mma.sync m8n8k4) for wide float64 ab, which turns
-    compute-bound on the FMA units, and float32 ab (widened to double): C lives in registers as the B fragments of
-    every 4-wide step of the inner index; a warp turns tile_m slabs of 8 staged
-    rows into tile_m x tile_n 8x8 blocks of out per pass."""
+    compute-bound on the FMA units, and float32 ab (widened to double): C lives
+    in registers as the B fragments of every 4-wide step of the inner index; a
+    warp turns tile_m slabs of 8 staged rows into tile_m x tile_n 8x8 blocks of
+    out per pass."""
     p, c = spec.problem, spec.config
     tm, tn = c.tile_m, c.tile_n
     warps_n = spec.tiles_m

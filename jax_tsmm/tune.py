@@ -70,7 +70,7 @@ def tune_problem(problem: Problem, ceilings: dict, limit: int, arch: str, k_min:
         for spec in specs:
             with _dispatch.forced(spec):  # each timing traces a fresh jitted loop
                 timings.append((bench.seconds_per_call(ours, sets, roof), spec))
-            view = "  (real view)" if spec.problem != problem else ""
+            view = "  (real view)" if _dispatch.is_real_view(spec, problem.dtype) else ""
             print(f"    {timings[-1][0] * 1e3:8.3f} ms ({100 * roof / timings[-1][0]:5.1f}%)  {spec.config}{view}",
                   flush=True)
         best_s, best = min(timings, key=lambda t: t[0])
@@ -81,7 +81,7 @@ def tune_problem(problem: Problem, ceilings: dict, limit: int, arch: str, k_min:
             "xla_s": xla_s, "xla_pct": 100 * roof / xla_s,
             "candidates": len(specs),
         }
-        if best_s < xla_s and best.problem != problem:
+        if best_s < xla_s and _dispatch.is_real_view(best, problem.dtype):
             entry["real_view"] = True  # config is the real problem's
         entries.append(entry)
         del sets
