@@ -56,7 +56,7 @@ def _mma_candidates(problem: Problem) -> dict[Config, float]:
     row_bytes = (probe.smem_stride(problem.m) + (probe.smem_stride(problem.n) if atb else 0)) * problem.element_bytes
     out_row_bytes = problem.n * problem.element_bytes
     for tile_m, tile_n, row_groups, stage_bytes, stages, blocks, stage_out in itertools.product(
-        range(1, 8), range(1, 8), (1, 2, 4, 8), STAGE_BYTES, (2, 3, 4), (1, 2, 3), _stage_outs(problem),
+        range(1, 9), range(1, 9), (1, 2, 4, 8), STAGE_BYTES, (2, 3, 4), (1, 2, 3), _stage_outs(problem),
     ):
         if tile_m * tile_n > 16:
             continue

@@ -15,11 +15,14 @@ __device__ __forceinline__ unsigned long long Fold(uint4 v) {
 
 // Grid-stride read of `vectors`, four loads in flight per thread, then the
 // `tail_bytes` past the last whole vector. The grid size is the caller's
-// (the benchmark tries several and keeps the fastest). Each block XORs what
-// its threads read and stores the bits as one double.
+// (the benchmark tries several and keeps the fastest). Each thread folds what
+// it read and stores the fold only where it matches a fixed bit pattern (with
+// random data, never): that keeps the loads alive with no reduction and no
+// barrier, so the probe does nothing but read. block_values is left as it was.
 __global__ void __launch_bounds__(kThreads)
     StreamReadKernel(const uint4* vectors, long long vector_count,
                      const unsigned char* tail, int tail_bytes, double* block_values) {
+  constexpr unsigned long long kUnlikelyFold = 0x7ff4a5a5c3c3e1e1ull;
   const long long stride = static_cast<long long>(gridDim.x) * kThreads;
   long long i = static_cast<long long>(blockIdx.x) * kThreads + threadIdx.x;
   unsigned long long bits = 0;
@@ -32,17 +35,7 @@ __global__ void __launch_bounds__(kThreads)
   }
   for (; i < vector_count; i += stride) bits ^= Fold(vectors[i]);
   if (blockIdx.x == 0 && threadIdx.x < tail_bytes) bits ^= tail[threadIdx.x];
-
-  for (int offset = 16; offset > 0; offset /= 2) {
-    bits ^= __shfl_xor_sync(0xffffffffu, bits, offset);
-  }
-  __shared__ unsigned long long warp_bits[kThreads / 32];
-  if (threadIdx.x % 32 == 0) warp_bits[threadIdx.x / 32] = bits;
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    for (int w = 1; w < kThreads / 32; ++w) bits ^= warp_bits[w];
-    block_values[blockIdx.x] = __longlong_as_double(static_cast<long long>(bits));
-  }
+  if (bits == kUnlikelyFold) block_values[blockIdx.x] = __longlong_as_double(static_cast<long long>(bits));
 }
 
 // One vector per thread; the first threads also copy the bytes past the last

@@ -8,8 +8,9 @@
 
 namespace jax_tsmm {
 
-// Reads all `bytes` of `x` and writes one value per block to `block_values`
-// (`blocks` of them): a fold of the bits read, which only keeps the reads alive.
+// Reads all `bytes` of `x` with `blocks` blocks. `block_values` (`blocks` of
+// them) is written only where a thread's fold of its bits hits a fixed
+// pattern, which keeps the reads alive and, with random data, never happens.
 cudaError_t LaunchStreamRead(const void* x, size_t bytes, double* block_values,
                              unsigned int blocks, cudaStream_t stream);
 

@@ -66,6 +66,16 @@ def arch() -> str:
 
 
 @functools.cache
+def device_kind() -> str:
+    """The local GPU's model as JAX names it (e.g. "NVIDIA H200"), which picks its
+    own tuning database; "" when lowering without one."""
+    try:
+        return jax.devices("cuda")[0].device_kind
+    except RuntimeError:
+        return ""
+
+
+@functools.cache
 def multiprocessors() -> int:
     """Streaming multiprocessors of the local GPU, which size the launch grids."""
     try:
@@ -160,8 +170,8 @@ def _lowering(op: str, xla_impl, *, update: bool = False):
         if math.prod(out_aval.shape) > 0:
             # A complex beta is no scale of y's real view: the update then runs natively.
             real_view = complex(scales.get("beta", 0)).imag == 0
-            spec = _dispatch.select(op, x_aval.dtype, m, n, k, batch_dims, conj, arch(), update=update,
-                                    real_view=real_view)
+            spec = _dispatch.select(op, x_aval.dtype, m, n, k, batch_dims, conj, arch(), device_kind(),
+                                    update=update, real_view=real_view)
         if spec is None or not register_targets():
             return mlir.lower_fun(xla_impl, multiple_results=False)(ctx, *operands, conj=conj, **scales)
         call = functools.partial(_kernel_call, spec=spec, out_aval=out_aval)

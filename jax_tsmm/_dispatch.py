@@ -1,9 +1,12 @@
 """Size -> kernel selection: which kernel, or XLA's dot, serves a problem.
 
-Precedence (Tensile's library logic): the tuning database of this GPU's
-architecture, whose entries for (op, dtype, M, N) are split into K ranges by
-thresholds; then the generator's model; XLA's dot where no kernel applies or
-where the tuner measured XLA faster.
+Precedence (Tensile's library logic): the tuning database, whose entries for
+(op, dtype, M, N) are split into K ranges by thresholds; then the generator's
+model; XLA's dot where no kernel applies or where the tuner measured XLA
+faster. The database is this GPU's architecture's file, overridden entry by
+entry by the file of this GPU model where there is one: GPUs of one
+architecture differ in bandwidth (an H200 streams 1.45x an H100's bytes to the
+same tensor cores), so the fastest kernel of a width can differ between them.
 
 A complex problem may run as its real view: a complex (K, M) row-major matrix
 is bit for bit a real (K, 2M) one, so op(A)ᵀ B is read off the real (2M, 2N)
@@ -24,6 +27,7 @@ import contextlib
 import functools
 import json
 import pathlib
+import re
 
 import numpy as np
 
@@ -71,15 +75,30 @@ def model_only():
         _model_only.pop()
 
 
-def database(arch: str) -> dict:
+def database_path(arch: str, device: str = "") -> pathlib.Path:
+    """The database file of ``arch`` or, given its name as JAX reports it (e.g.
+    "NVIDIA H200"), of one GPU model of it."""
+    if not device:
+        return TUNING_DIR / f"{arch}.json"
+    return TUNING_DIR / f"{arch}.{re.sub(r'[^A-Za-z0-9]+', '_', device).strip('_')}.json"
+
+
+def database(arch: str, device: str = "") -> dict:
     """The tuned entries for ``arch``: key -> list of {k_min, config | None, ...},
-    sorted by k_min; config None means XLA's dot measured faster."""
-    return {} if _model_only else _database_file(arch)
+    sorted by k_min; config None means XLA's dot measured faster. Where the
+    ``device`` model's file has entries, they replace the architecture's of the
+    same key and K range (a model's file may hold only the ranges tuned on it)."""
+    if _model_only:
+        return {}
+    merged = dict(_database_file(database_path(arch)))
+    for key, entries in (_database_file(database_path(arch, device)) if device else {}).items():
+        by_k = {e["k_min"]: e for e in merged.get(key, [])} | {e["k_min"]: e for e in entries}
+        merged[key] = [by_k[k] for k in sorted(by_k)]
+    return merged
 
 
 @functools.cache
-def _database_file(arch: str) -> dict:
-    path = TUNING_DIR / f"{arch}.json"
+def _database_file(path: pathlib.Path) -> dict:
     if not path.exists():
         return {}
     return json.loads(path.read_text())["entries"]
@@ -90,7 +109,7 @@ def mtsm_key(transpose_a: bool, dtype: str, n: int) -> str:
     return f"{'mtsm_t' if transpose_a else 'mtsm'}:{dtype}:n{n}"
 
 
-def tuned(key: str, k: int, arch: str) -> dict | None:
+def tuned(key: str, k: int, arch: str, device: str = "") -> dict | None:
     """The database entry that serves K ({k_min, config, ...}; config None means
     use XLA, ``real_view`` that a complex problem runs as its real view), or None
     where the database has no say. The entry of the range holding K serves; below
@@ -101,7 +120,7 @@ def tuned(key: str, k: int, arch: str) -> dict | None:
     and 2739138 only 8-31 % (docs/performance.md). So an atb entry that chose XLA
     holds only for K with at least the power-of-two factor of the K it was timed
     at; at other K the model's kernel serves."""
-    entries = database(arch).get(key, [])
+    entries = database(arch, device).get(key, [])
     if not entries:
         return None
     chosen = entries[0]
@@ -151,7 +170,8 @@ def _prefers_real_view(entry: dict | None, real: Problem) -> bool:
 
 
 def select(op: str, dtype, m: int, n: int, k: int, batch_dims: int, conj: bool,
-           arch: str = "sm_90", *, update: bool = False, real_view: bool = True) -> KernelSpec | None:
+           arch: str = "sm_90", device: str = "", *, update: bool = False,
+           real_view: bool = True) -> KernelSpec | None:
     """The kernel for this problem (``update``: ab's fused update), or None to use
     XLA's dot. For a complex problem it may be the kernel of the real view's
     problem (see the module docstring; ``is_real_view`` tells): where the real
@@ -169,13 +189,13 @@ def select(op: str, dtype, m: int, n: int, k: int, batch_dims: int, conj: bool,
     for spec in reversed(_forced):
         if spec.problem in (problem, real):
             return spec
-    entry = tuned(problem_key(problem), k, arch)
+    entry = tuned(problem_key(problem), k, arch, device)
     if entry is not None and entry["config"] is None:
         return None  # XLA measured faster
     if real is not None and _prefers_real_view(entry, real):
         if entry is not None:  # the real kernel this entry timed against this problem's XLA
             return KernelSpec(real, Config(**entry["config"]))
-        return _real_view_kernel(real, k, arch)
+        return _real_view_kernel(real, k, arch, device)
     if entry is not None and not entry.get("real_view", False):
         return KernelSpec(problem, Config(**entry["config"]))
     try:
@@ -184,12 +204,12 @@ def select(op: str, dtype, m: int, n: int, k: int, batch_dims: int, conj: bool,
         return None
 
 
-def _real_view_kernel(real: Problem, k: int, arch: str) -> KernelSpec:
+def _real_view_kernel(real: Problem, k: int, arch: str, device: str) -> KernelSpec:
     """The kernel of a real view's problem: its own tuned kernel where the database
     has one, else the model's. An entry of the real problem that chose XLA compared
     against the real dtype's dot, which says nothing about the complex one (XLA's
     complex ab reached 51-83 % where the real views reached 86-95 %)."""
-    entry = tuned(problem_key(real), k, arch)
+    entry = tuned(problem_key(real), k, arch, device)
     if entry is not None and entry["config"] is not None:
         return KernelSpec(real, Config(**entry["config"]))
     return KernelSpec(real, default_config(real))

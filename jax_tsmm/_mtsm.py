@@ -147,7 +147,8 @@ def fma_bound(problem: mtsm_codegen.MtsmProblem) -> bool:
     return mtsm_codegen.fma_utilization(problem) > 1
 
 
-def select(dtype, transpose_a: bool, n: int, conj: bool, k: int, arch: str = "sm_90") -> mtsm_codegen.MtsmSpec | None:
+def select(dtype, transpose_a: bool, n: int, conj: bool, k: int, arch: str = "sm_90",
+           device: str = "") -> mtsm_codegen.MtsmSpec | None:
     """The kernel for this problem, or None for XLA's dot: half precision, N
     outside 1..MAX_N, where the tuning database says XLA measured faster (by
     ranges of the contracted length K), and complex128 widths that would bind the
@@ -158,7 +159,7 @@ def select(dtype, transpose_a: bool, n: int, conj: bool, k: int, arch: str = "sm
     if dtype not in KERNEL_DTYPES or not 1 <= n <= mtsm_codegen.MAX_N:
         return None
     problem = mtsm_codegen.MtsmProblem(transpose_a, dtype, n, conj=conj)
-    entry = _dispatch.tuned(_dispatch.mtsm_key(transpose_a, dtype, n), k, arch)
+    entry = _dispatch.tuned(_dispatch.mtsm_key(transpose_a, dtype, n), k, arch, device)
     if entry is not None:
         config = entry["config"]
         return None if config is None else mtsm_codegen.MtsmSpec(problem, mtsm_codegen.MtsmConfig(**config))
@@ -194,7 +195,7 @@ def _mtsm_cuda_lowering(ctx, a, x, *, transpose_a, conj):
     if (m * n * batch * k > 0 and batch <= MAX_BATCH and _per_device(ctx)
             and _kernel_batch(a_aval.shape[:-2], out_batch)
             and _kernel_batch(x_aval.shape[:-2], out_batch)):
-        spec = select(a_aval.dtype, transpose_a, n, conj, k, _cuda.arch())
+        spec = select(a_aval.dtype, transpose_a, n, conj, k, _cuda.arch(), _cuda.device_kind())
     if spec is None or not _cuda.register_targets():
         return mlir.lower_fun(mtsm_xla, multiple_results=False)(ctx, a, x, transpose_a=transpose_a, conj=conj)
     splits = mtsm_codegen.splits(spec, m, k, batch, _cuda.multiprocessors())

@@ -187,7 +187,8 @@ def operand_sets(op: str, dtype, m: int, n: int, k: int, seed: int) -> list[tupl
 def timed_kernel(op: str, dtype, m: int, n: int, k: int):
     """The kernel a call of this shape runs, or None for XLA's dot."""
     kernel_op = "atb" if op == "atb" else "ab"
-    return _dispatch.select(kernel_op, dtype, m, n, k, 0, False, _cuda.arch(), update=op == "ab_update")
+    return _dispatch.select(kernel_op, dtype, m, n, k, 0, False, _cuda.arch(), _cuda.device_kind(),
+                            update=op == "ab_update")
 
 
 def dispatch_context(model: bool):
@@ -240,7 +241,7 @@ def mtsm_rows(dtypes, ceilings: dict, model: bool = False) -> list[dict]:
     """Every (dtype, M = K, N, transpose_a) of the mtsm grid; one pair of A
     matrices per dtype and size serves both layouts and every N."""
     with dispatch_context(model):
-        specs = {(d, t, n, size): _mtsm.select(d, t, n, False, size, _cuda.arch())
+        specs = {(d, t, n, size): _mtsm.select(d, t, n, False, size, _cuda.arch(), _cuda.device_kind())
                  for d in dtypes for t in (False, True) for n in MTSM_WIDTHS for size in MTSM_SIZES}
     _kernels.precompile([s for s in set(specs.values()) if s is not None], _cuda.arch())
     rows = []

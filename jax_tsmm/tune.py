@@ -1,15 +1,18 @@
 """Autotuner: benchmark pruned candidate kernels per problem and K range, write the database.
 
     python -m jax_tsmm.tune [--ops atb,ab] [--dtypes float64] [--shapes 1-64]
-                            [--candidates 12] [--db PATH]
-    python -m jax_tsmm.tune --from-bench bench.json [...]
+                            [--candidates 12] [--db PATH | --device-db]
+    python -m jax_tsmm.tune --from-bench bench.json [...] [--device-db]
 
 For each (op, dtype, M, N) and each K range, the candidates of
 ``codegen.search`` (pruned by hardware limits, occupancy and a register-reuse
 model) are compiled in parallel, then timed on the same inputs as XLA's dot.
 The winner goes into ``jax_tsmm/tuning/<arch>.json`` with its time, its % of
 roofline and XLA's time; where XLA wins, the entry says so and dispatch uses
-XLA. Finished problems are kept, so an interrupted run resumes.
+XLA. Finished problems are kept, so an interrupted run resumes. ``--device-db``
+writes the file of this GPU model instead (``<arch>.<model>.json``, e.g.
+``sm_90.NVIDIA_H200.json``), whose entries dispatch prefers, key by key, on
+that model.
 
 ``--from-bench`` records the measurements of ``python -m jax_tsmm.bench --model``
 runs (the model's kernel against XLA on the same inputs, its K-sweep too) as
@@ -144,11 +147,17 @@ def main(argv=None) -> None:
                         help="tune only the K ranges from this one up (a quick look at large K)")
     parser.add_argument("--from-bench", type=pathlib.Path, nargs="+", default=None,
                         help="record bench reports' measurements instead of tuning")
+    parser.add_argument("--device-db", action="store_true",
+                        help="write the database of the GPU model (this GPU's, or the bench reports'), "
+                             "which overrides the architecture's problem by problem")
     args = parser.parse_args(argv)
     if args.from_bench:
-        path = args.db or _dispatch.TUNING_DIR / "sm_90.json"
-        db = json.loads(path.read_text()) if path.exists() else {"entries": {}}
         reports = [json.loads(p.read_text()) for p in args.from_bench]
+        devices = {report["device"] for report in reports}
+        if args.device_db and len(devices) != 1:
+            raise SystemExit(f"--device-db takes reports of one GPU model, got {sorted(devices)}")
+        path = args.db or _dispatch.database_path("sm_90", devices.pop() if args.device_db else "")
+        db = json.loads(path.read_text()) if path.exists() else {"entries": {}}
         for key, entries in entries_from_bench(reports).items():
             old = db["entries"].get(key, [])
             if not _tuned_already(old):  # tuned entries stay; newer bench rows replace their K range's
@@ -159,11 +168,10 @@ def main(argv=None) -> None:
     jax.config.update("jax_enable_x64", True)
     if not _cuda.register_targets():
         raise SystemExit("jax_tsmm.tune needs a GPU and the CUDA extension")
-    arch = _cuda.arch()
-    path = args.db or _dispatch.TUNING_DIR / f"{arch}.json"
+    arch, device = _cuda.arch(), _cuda.device_kind()
+    path = args.db or _dispatch.database_path(arch, device if args.device_db else "")
     path.parent.mkdir(parents=True, exist_ok=True)
     db = json.loads(path.read_text()) if path.exists() else {"entries": {}}
-    device = jax.devices()[0].device_kind
     ceilings = bench.measure_ceilings()
     db.update(device=device, arch=arch, ceilings=ceilings)
     problems = [Problem(op, dtype, w, w) for dtype in args.dtypes.split(",") for op in args.ops.split(",")

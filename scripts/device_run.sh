@@ -61,7 +61,7 @@ for item in "$@"; do
       tunes=$((tunes + 1)); [ $tunes -gt 1 ] && name=tune$tunes
       # TUNE_SECONDS bounds each tune (it saves after every problem), so later steps still run.
       step $name timeout "${TUNE_SECONDS:-540}" python3 -m jax_tsmm.tune $args
-      cp jax_tsmm/tuning/sm_90.json "$OUT/$name-sm_90.json" ;;
+      for db in jax_tsmm/tuning/sm_90*.json; do cp "$db" "$OUT/$name-$(basename "$db")"; done ;;
     *) echo "unknown step $name" >> "$summary"; continue ;;
   esac
   tail -25 "$OUT/$name.log"

@@ -111,7 +111,7 @@ def test_database_entries_choose_the_real_view(monkeypatch):
         "ab:float64:32x32": [{"k_min": 0, "config": dataclasses.asdict(tuned_config)},
                              {"k_min": 1 << 20, "k_tuned": 1 << 20, "config": None}],
     }
-    monkeypatch.setattr(_dispatch, "_database_file", lambda arch: entries)
+    monkeypatch.setattr(_dispatch, "_database_file", lambda path: entries)
     assert select("atb", "complex64", 5, 3, k=1000, conj=True) == KernelSpec(Problem("atb", "float32", 10, 6), timed_config)
     assert select("atb", "complex128", 5, 3) == KernelSpec(Problem("atb", "complex128", 5, 3), Config(**native))
     assert select("ab", "complex128", 5, 3) is None

@@ -6,6 +6,7 @@ surface as Python errors."""
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import re
 import subprocess
@@ -133,7 +134,7 @@ def test_dispatch_follows_the_tuning_database(monkeypatch):
     config = dataclasses.asdict(default_config(Problem("atb", "float64", 7, 5)))
     entries = {"atb:float64:7x5": [{"k_min": 1000, "config": config},
                                    {"k_min": 100_000, "k_tuned": 100_000, "config": None}]}
-    monkeypatch.setattr(_dispatch, "database", lambda arch: entries)
+    monkeypatch.setattr(_dispatch, "database", lambda *_: entries)
 
     def lowers_to_kernel(k):
         x, y = jax.ShapeDtypeStruct((k, 7), jnp.float64), jax.ShapeDtypeStruct((k, 5), jnp.float64)
@@ -143,13 +144,42 @@ def test_dispatch_follows_the_tuning_database(monkeypatch):
     assert not lowers_to_kernel(100_000) and not lowers_to_kernel(10**6)
 
 
+def test_a_gpu_models_database_overrides_its_architectures_key_by_key(monkeypatch, tmp_path):
+    """An H200 takes its own file's entry where it has one (by key and K range)
+    and the sm_90 file's elsewhere; another sm_90 GPU, or a lowering without
+    one, takes sm_90's."""
+    from jax_tsmm import _dispatch
+    from jax_tsmm.codegen import Config, KernelSpec, Problem, default_config
+
+    problem = Problem("atb", "float64", 7, 5)
+    config = dataclasses.asdict(default_config(problem))
+    arch_entries = {"atb:float64:7x5": [{"k_min": 0, "config": config}], "ab:float64:7x5": [{"k_min": 0, "config": None}]}
+    model_entries = {"atb:float64:7x5": [{"k_min": 1 << 18, "config": None}]}
+    monkeypatch.setattr(_dispatch, "TUNING_DIR", tmp_path)
+    monkeypatch.setattr(_dispatch, "_model_only", [])  # this module's tests otherwise run without the database
+    assert _dispatch.database_path("sm_90", "NVIDIA H200").name == "sm_90.NVIDIA_H200.json"
+    _dispatch.database_path("sm_90").write_text(json.dumps({"entries": arch_entries}))
+    _dispatch.database_path("sm_90", "NVIDIA H200").write_text(json.dumps({"entries": model_entries}))
+
+    def select(op, device, k=1 << 20):
+        return _dispatch.select(op, "float64", 7, 5, k, 0, False, "sm_90", device)
+
+    kernel = KernelSpec(problem, Config(**config))
+    assert select("atb", "NVIDIA H200") is None
+    assert select("atb", "NVIDIA H200", k=1000) == kernel  # a range the model's file leaves to sm_90's
+    assert select("ab", "NVIDIA H200") is None
+    for device in ("", "NVIDIA H100 80GB HBM3"):
+        assert select("atb", device) == kernel
+        assert select("ab", device) is None
+
+
 def test_atb_uses_xla_only_at_k_with_the_timed_power_of_two_factor(monkeypatch):
     """XLA's Aᵀ B measured fast at K = 2^16 is trusted at multiples of 2^16 only;
     elsewhere the kernel serves. ab's XLA entries hold for every K of their range."""
     from jax_tsmm import _dispatch
 
     xla = [{"k_min": 1 << 16, "k_tuned": 1 << 16, "config": None}]
-    monkeypatch.setattr(_dispatch, "database", lambda arch: {"atb:float64:7x5": xla, "ab:float64:7x5": xla})
+    monkeypatch.setattr(_dispatch, "database", lambda *_: {"atb:float64:7x5": xla, "ab:float64:7x5": xla})
     x, y, c = (jax.ShapeDtypeStruct(s, jnp.float64) for s in ((3 << 16, 7), (3 << 16, 5), (7, 5)))
     assert "tsmm_atb" not in cuda_hlo(jax_tsmm.atb, x, y)
     x, y = jax.ShapeDtypeStruct((65537, 7), jnp.float64), jax.ShapeDtypeStruct((65537, 5), jnp.float64)

@@ -81,7 +81,7 @@ WIDE_CASES = [  # 17..128, primes included
 def compiled_kernels(model_kernels):
     """Compile every kernel the cases need in parallel before the first case runs."""
     specs = [
-        _dispatch.select(op, dtype, m, n, k, 0, conj, _cuda.arch())
+        _dispatch.select(op, dtype, m, n, k, 0, conj, _cuda.arch(), _cuda.device_kind())
         for op, dtype, m, n, conj, k in SMALL_CASES + WIDE_CASES
     ]
     _kernels.precompile([s for s in specs if s is not None], _cuda.arch())
@@ -313,13 +313,14 @@ def test_calls_inside_a_jitted_loop():
 
 
 def test_tuned_kernels():
-    """Every kernel configuration the shipped tuning database chooses for atb, ab and
-    ab's fused update (complex calls' real views included), on fresh random
-    operands of an odd K. (Its mtsm entries are
-    the model's configurations, which tests/test_mtsm_gpu.py runs.)"""
-    database = json.loads((_dispatch.TUNING_DIR / f"{_cuda.arch()}.json").read_text())["entries"]
+    """Every kernel configuration the shipped tuning databases of this architecture
+    (its own and its GPU models') choose for atb, ab and ab's fused update
+    (complex calls' real views included), on fresh random operands of an odd K.
+    (Their mtsm entries are the model's configurations, which
+    tests/test_mtsm_gpu.py runs.)"""
+    files = sorted(_dispatch.TUNING_DIR.glob(f"{_cuda.arch()}.*json"))
     cases = []  # (the call's problem, the kernel: a real view's for a complex call where the entry says so)
-    for key, entries in database.items():
+    for key, entries in (item for f in files for item in json.loads(f.read_text())["entries"].items()):
         op, dtype, shape = key.split(":")
         if op.startswith("mtsm"):
             continue

@@ -566,7 +566,7 @@ def test_cuda_lowering_follows_the_tuning_database(monkeypatch):
     key = _dispatch.mtsm_key(False, "float32", 5)
     config = dataclasses.asdict(mtsm_codegen.default_config(mtsm_codegen.MtsmProblem(False, "float32", 5)))
     entries = {key: [{"k_min": 1000, "config": config}, {"k_min": 100_000, "config": None}]}
-    monkeypatch.setattr(_dispatch, "database", lambda arch: entries)
+    monkeypatch.setattr(_dispatch, "database", lambda *_: entries)
     for k, kernel in ((10, True), (5000, True), (100_000, False)):
         hlo = cuda_hlo(jax_tsmm.mtsm, jnp.ones((300, k), jnp.float32), jnp.ones((k, 5), jnp.float32))
         assert ("tsmm_mtsm" in hlo) == kernel, k
