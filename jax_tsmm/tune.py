@@ -43,6 +43,13 @@ from jax_tsmm.codegen.search import candidates
 K_RANGES = ((0, 1 << 16), (1 << 18, 1 << 20), (1 << 22, None))
 
 
+def largest_range_min(k: int) -> int:
+    """Where the largest range's entry starts: at its threshold, or lower, at the K
+    it was timed at (the benchmark's K of a wide problem, 2-4 million rows, lies
+    below the threshold, and the entry must serve the benchmark's own calls)."""
+    return min(K_RANGES[-1][0], k)
+
+
 def candidate_specs(problem: Problem, limit: int) -> list[KernelSpec]:
     """Up to ``limit`` candidates of the problem and, for a complex problem with a
     real view, up to ``limit`` of the real problem it can run as (the same bytes,
@@ -78,7 +85,7 @@ def tune_problem(problem: Problem, ceilings: dict, limit: int, arch: str, k_min:
                   flush=True)
         best_s, best = min(timings, key=lambda t: t[0])
         entry = {
-            "k_min": range_min, "k_tuned": k,
+            "k_min": range_min if k_sample else largest_range_min(k), "k_tuned": k,
             "config": dataclasses.asdict(best.config) if best_s < xla_s else None,
             "tsmm_s": best_s, "tsmm_pct": 100 * roof / best_s,
             "xla_s": xla_s, "xla_pct": 100 * roof / xla_s,
@@ -99,7 +106,7 @@ def entries_from_bench(reports: list[dict]) -> dict[str, list[dict]]:
     of their own; mtsm rows stand for K from their own K up. Only rows that
     timed a kernel count (``bench --model`` times one everywhere)."""
     measured = {}
-    rows = [(K_RANGES[-1][0], row, report) for report in reports for row in report["rows"]]
+    rows = [(largest_range_min(row["K"]), row, report) for report in reports for row in report["rows"]]
     rows += [(row["K"], row, report) for report in reports for row in report.get("k_sweep", [])]
     for k_min, row, report in rows:
         if row.get("config") is None:
@@ -182,8 +189,9 @@ def main(argv=None) -> None:
             continue  # resume
         print(f"[{index + 1}/{len(problems)}] {key}", flush=True)
         tuned = tune_problem(problem, ceilings, args.candidates, arch, args.k_min)
-        # Ranges below --k-min keep their entries; the tuned ranges replace theirs.
-        kept = [entry for entry in db["entries"].get(key, []) if entry["k_min"] < args.k_min]
+        # Ranges below the tuned ones keep their entries; the tuned ranges replace theirs.
+        lowest = min((entry["k_min"] for entry in tuned), default=args.k_min)
+        kept = [entry for entry in db["entries"].get(key, []) if entry["k_min"] < lowest]
         db["entries"][key] = kept + tuned
         db["date"] = str(datetime.date.today())
         _save(path, db)

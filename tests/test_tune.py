@@ -66,13 +66,16 @@ def test_entries_from_bench():
             _row("ab", "float32", 3, 3, 10**7, 1.0, 1.0, None),  # dispatch timed XLA: no entry
             _row("ab_update", "float64", 8, 8, 10**7, 1.0, 3.0, update),
             _row("mtsm_t", "float32", 8192, 4, 8192, 3.0, 1.0, {"tile_n": 4}),
+            _row("atb", "float64", 64, 64, 1 << 21, 1.0, 2.0, atb),  # timed below the largest range's threshold
         ],
         "k_sweep": [_row("atb", "float64", 7, 5, 4096, 2.0, 1.0, atb)],
     }
     entries = tune.entries_from_bench([report])
-    assert set(entries) == {"atb:float64:7x5", "ab:float64:7x5", "ab_update:float64:8x8", "mtsm_t:float32:n4"}
+    assert set(entries) == {"atb:float64:7x5", "ab:float64:7x5", "ab_update:float64:8x8", "mtsm_t:float32:n4",
+                            "atb:float64:64x64"}
     largest = tune.K_RANGES[-1][0]
     assert [(e["k_min"], e["config"] is not None) for e in entries["atb:float64:7x5"]] == [(4096, False), (largest, True)]
+    assert [e["k_min"] for e in entries["atb:float64:64x64"]] == [1 << 21]  # serves the K it was timed at
     assert entries["ab:float64:7x5"][0]["config"] is None
     assert entries["ab_update:float64:8x8"][0]["config"] == update
     assert entries["mtsm_t:float32:n4"] == [dict(entries["mtsm_t:float32:n4"][0], k_min=8192, config=None)]
