@@ -156,7 +156,7 @@ def main(argv=None) -> None:
                         help="record bench reports' measurements instead of tuning")
     parser.add_argument("--device-db", action="store_true",
                         help="write the database of the GPU model (this GPU's, or the bench reports'), "
-                             "which overrides the architecture's problem by problem")
+                             "which overrides the architecture's entry by entry (key and K range)")
     args = parser.parse_args(argv)
     if args.from_bench:
         reports = [json.loads(p.read_text()) for p in args.from_bench]
