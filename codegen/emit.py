@@ -206,6 +206,49 @@ __device__ __forceinline__ void tsmm_dmma16(double& d0, double& d1, double& d2, 
 #endif
 }
 
+// Hopper's bulk copies (TMA, cp.async.bulk) and transaction barriers (mbarrier):
+// one thread moves a whole span, and the barrier's phase completes once its
+// arrivals are in and the bytes it was told to expect have landed.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+__device__ __forceinline__ unsigned tsmm_shared_address(const void* p) {
+  return static_cast<unsigned>(__cvta_generic_to_shared(p));
+}
+__device__ __forceinline__ void tsmm_barrier_init(unsigned long long* barrier, unsigned arrivals) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" :: "r"(tsmm_shared_address(barrier)), "r"(arrivals) : "memory");
+}
+__device__ __forceinline__ void tsmm_barrier_arrive(unsigned long long* barrier) {
+  asm volatile("{ .reg .b64 state; mbarrier.arrive.shared::cta.b64 state, [%0]; }"
+               :: "r"(tsmm_shared_address(barrier)) : "memory");
+}
+__device__ __forceinline__ void tsmm_barrier_wait(unsigned long long* barrier, unsigned parity) {
+  unsigned done;
+  do {
+    asm volatile("{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; selp.u32 %0, 1, 0, p; }"
+                 : "=r"(done) : "r"(tsmm_shared_address(barrier)), "r"(parity) : "memory");
+  } while (!done);
+}
+
+// Stage `count` elements from src to dst (dst and src equally misaligned modulo 16
+// bytes): the aligned middle as one bulk copy whose bytes `barrier` expects, the
+// ragged ends (at most one double each) by plain loads and stores, which the
+// caller's arrival on `barrier` publishes.
+template <typename T>
+__device__ __forceinline__ void tsmm_bulk_stage(T* dst, const T* src, int count, unsigned long long* barrier) {
+  const int head = min(count, static_cast<int>((16 - reinterpret_cast<unsigned long long>(src) % 16) % 16 / sizeof(T)));
+  const int middle = (count - head) * static_cast<int>(sizeof(T)) / 16 * 16 / static_cast<int>(sizeof(T));
+  for (int e = 0; e < head; ++e) dst[e] = src[e];
+  for (int e = head + middle; e < count; ++e) dst[e] = src[e];
+  // Order these generic-proxy stores before any later bulk (async-proxy) write to the slot.
+  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+  if (middle > 0) {
+    const unsigned bytes = middle * sizeof(T), bar = tsmm_shared_address(barrier);
+    asm volatile("mbarrier.expect_tx.relaxed.cta.shared::cta.b64 [%0], %1;" :: "r"(bar), "r"(bytes) : "memory");
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
+                 :: "r"(tsmm_shared_address(dst + head)), "l"(src + head), "r"(bytes), "r"(bar) : "memory");
+  }
+}
+#endif
+
 // The fused update's scalar arithmetic, alpha * x and alpha * x + beta * y, for
 // real and complex (.x real, .y imaginary) elements.
 __device__ __forceinline__ float tsmm_scale(const double* s, float x) { return static_cast<float>(s[0]) * x; }
@@ -345,8 +388,9 @@ def _block_prologue(spec: KernelSpec, arith: _Arith, b_name: str) -> list[str]:
         "",
         "// Every stage starts a whole number of 16-byte vectors into the matrix, so one",
         "// misalignment per operand, taken from the batch item's base, serves all stages.",
-        *([] if spec.is_padded(p.m) else ["const int a_shift = tsmm_misalignment(a);"]),
-        *(["const int b_shift = tsmm_misalignment(b);"] if p.op == "atb" and not spec.is_padded(p.n) else []),
+        *([] if spec.is_padded(p.m) and not spec.bulk else ["const int a_shift = tsmm_misalignment(a);"]),
+        *(["const int b_shift = tsmm_misalignment(b);"]
+          if p.op == "atb" and (spec.bulk or not spec.is_padded(p.n)) else []),
     ]
 
 
@@ -394,6 +438,72 @@ def _pipeline(spec: KernelSpec, issue: list[str], consume: list[str]) -> list[st
     ]
 
 
+def _bulk_pipeline(spec: KernelSpec, consume: list[str]) -> list[str]:
+    """The ring with a producer warp (Config.stage_copy "bulk"): it stages chunk `step`
+    into slot step % stages with bulk copies once the consumers have released the
+    slot (barrier `empty`), and the consumer warps compute on a slot once its bytes
+    have landed (barrier `full`). Each consumer warp waits only for its data, never
+    for the other warps, and issues no copy instructions."""
+    p, c = spec.problem, spec.config
+    s, r = c.stages, spec.rows_per_chunk
+    consumer_warps = spec.consumer_threads // 32
+
+    def stage(operand: str, width: int) -> list[str]:
+        stride = spec.smem_stride(width)
+        lane = 0 if operand == "a" else 1
+        if stride == width:  # unpadded: the chunk is one contiguous span
+            return [f"if (lane == {lane}) tsmm_bulk_stage(slot_{operand}(slot) + {operand}_shift, "
+                    f"{operand} + row0 * {width}, rows * {width}, &full[slot]);"]
+        return [f"for (int row = lane; row < rows; row += 32) {{  // padded rows: one bulk copy each",
+                f"  tsmm_bulk_stage(slot_{operand}(slot) + {operand}_shift + row * {stride}, "
+                f"{operand} + (row0 + row) * {width}, {width}, &full[slot]);",
+                "}"]
+
+    chunk = [
+        "const long long chunk = first_chunk + step * args.grid_k;",
+        f"const long long row0 = chunk * {r};",
+        f"const int rows = static_cast<int>(min(static_cast<long long>({r}), args.k - row0));",
+        f"const int slot = static_cast<int>(step % {s});",
+        f"const unsigned round = static_cast<unsigned>(step / {s});",
+    ]
+    return [
+        "#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900",
+        '#error "Config.stage_copy = bulk needs sm_90 or newer (cp.async.bulk, transaction barriers)"',
+        "#endif",
+        "// Slot barriers: `full` completes when the slot's chunk has landed (the producer's",
+        "// arrival plus the bytes of its bulk copies), `empty` when every consumer warp is done.",
+        f"unsigned long long* full = reinterpret_cast<unsigned long long*>(tsmm_smem + {spec.barrier_offset});",
+        f"unsigned long long* empty = full + {s};",
+        "if (tid == 0) {",
+        f"  for (int i = 0; i < {s}; ++i) {{",
+        "    tsmm_barrier_init(&full[i], 1);",
+        f"    tsmm_barrier_init(&empty[i], {consumer_warps});",
+        "  }",
+        '  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");',
+        "}",
+        "__syncthreads();",
+        f"if (tid >= {spec.consumer_threads}) {{",
+        f"  // Producer warp: up to {s} chunks ahead of the slowest consumer warp.",
+        "  for (long long step = 0; step < my_chunks; ++step) {",
+        *["    " + line for line in chunk],
+        f"    if (step >= {s}) tsmm_barrier_wait(&empty[slot], (round - 1) & 1);",
+        *["    " + line for line in stage("a", p.m) + stage("b", p.n)],
+        "    __syncwarp();  // every lane's copies are issued and counted before the arrival",
+        "    if (lane == 0) tsmm_barrier_arrive(&full[slot]);",
+        "  }",
+        "} else {",
+        "  for (long long step = 0; step < my_chunks; ++step) {",
+        *["    " + line for line in chunk],
+        "    tsmm_barrier_wait(&full[slot], round & 1);",
+        *["    " + line for line in consume],
+        "    __syncwarp();  // the whole warp has read the slot",
+        "    if (lane == 0) tsmm_barrier_arrive(&empty[slot]);",
+        "  }",
+        "}",
+        "__syncthreads();  // the ring is drained: the reduction may reuse it",
+    ]
+
+
 def _emit_atb(spec: KernelSpec) -> str:
     ar = _Arith(spec.problem)
     body, outputs = (_atb_mma_body if spec.config.mma else _atb_fma_body)(spec, ar)
@@ -414,8 +524,11 @@ def _atb_consume(spec: KernelSpec, e: str, step_rows: int) -> tuple[list[str], l
     rows from r; row groups take turns."""
     p, c = spec.problem, spec.config
     rg = c.row_groups
-    copy_a, offset_a = _staging(spec, e, "a", p.m)
-    copy_b, offset_b = _staging(spec, e, "b", p.n)
+    if spec.bulk:  # the producer warp stages (_bulk_pipeline), each operand at its shift
+        (copy_a, offset_a), (copy_b, offset_b) = ("", "a_shift"), ("", "b_shift")
+    else:
+        copy_a, offset_a = _staging(spec, e, "a", p.m)
+        copy_b, offset_b = _staging(spec, e, "b", p.n)
     full_steps = spec.rows_per_chunk // (rg * step_rows)
     consume = [
         "(void)row0;  // atb reduces over rows; their position does not matter",
@@ -489,10 +602,26 @@ def _atb_mma_body(spec: KernelSpec, ar: _Arith) -> tuple[list[str], list[tuple[s
     warps_m, warps_n = spec.tiles_m, spec.tiles_n
     warps = warps_m * warps_n
     sa_stride, sb_stride = spec.smem_stride(p.m), spec.smem_stride(p.n)
+    s = spec.row_spacing
+
+    def k_step(t: int) -> list[str]:
+        """DMMA k-step t of a row step: rows r + t + s * frag_k, one per lane quad."""
+        row = "r + frag_k" if s == 1 else f"r + {t} + {s} * frag_k"
+        return [
+            f"const bool inside = {row} < rows;",
+            *[f"const double a{i} = inside ? sa[({row}) * {sa_stride} + col_a{i}] : 0.0;" for i in range(tm)],
+            *[f"const double b{j} = inside ? sb[({row}) * {sb_stride} + col_b{j}] : 0.0;" for j in range(tn)],
+            *dmma_products(tm, tn, lambda i, j: f"acc_{i}_{j}", lambda i: f"a{i}", lambda j: f"b{j}"),
+        ]
+
+    row_step = ["  " + line for line in k_step(0)] if s == 1 else [
+        line for t in range(s) for line in [f"  {{  // k-step {t}", *["    " + x for x in k_step(t)], "  }"]]
     body = _block_prologue(spec, ar, "b") + [
         "",
         f"// Thread place: warp (warp_m, warp_n) owns {tm}x{tn} blocks of 8x8; warps in row",
-        f"// group g take the 4-row steps g, g+{c.row_groups}, ... of each stage.",
+        f"// group g take the {4 * s}-row steps g, g+{c.row_groups}, ... of each stage.",
+        *([f"// Threads from {spec.consumer_threads} on are the producer warp (row group {c.row_groups})."]
+          if spec.bulk else []),
         "const int lane = tid % 32;",
         f"const int warp = tid / 32 % {warps};",
         f"const int row_group = tid / {32 * warps};",
@@ -509,18 +638,17 @@ def _atb_mma_body(spec: KernelSpec, ar: _Arith) -> tuple[list[str], list[tuple[s
         "",
         *_atb_slots(spec, e),
         "",
-        "// Four rows: one DMMA per 8x8 block; rows past `rows` (the last chunk) count as zero.",
+        (f"// {4 * s} rows: {s} DMMA k-steps per 8x8 block, each taking 4 rows {s} apart (bank-conflict"
+         "-free unpadded rows);" if s > 1 else "// Four rows: one DMMA per 8x8 block;")
+        + " rows past `rows` (the last chunk) count as zero.",
         *(["// float32 fragments are widened to double (exactly) as they leave shared memory."] if e == "float" else []),
         f"auto row_step = [&](const {e}* sa, const {e}* sb, int r, int rows) {{",
-        "  const bool inside = r + frag_k < rows;",
-        *[f"  const double a{i} = inside ? sa[(r + frag_k) * {sa_stride} + col_a{i}] : 0.0;" for i in range(tm)],
-        *[f"  const double b{j} = inside ? sb[(r + frag_k) * {sb_stride} + col_b{j}] : 0.0;" for j in range(tn)],
-        *["  " + line for line in dmma_products(tm, tn, lambda i, j: f"acc_{i}_{j}", lambda i: f"a{i}", lambda j: f"b{j}")],
+        *row_step,
         "};",
         "",
     ]
-    issue, consume = _atb_consume(spec, e, 4)
-    body += _pipeline(spec, issue, consume)
+    issue, consume = _atb_consume(spec, e, 4 * s)
+    body += _bulk_pipeline(spec, consume) if spec.bulk else _pipeline(spec, issue, consume)
     outputs = []
     for i in range(tm):
         for j in range(tn):
@@ -552,11 +680,13 @@ def _atb_block_reduction(spec: KernelSpec, ar: _Arith, outputs) -> list[str]:
         "// [item][first_chunk] (with grid_k == 1, straight into out).",
         f"{e}* partial = static_cast<{e}*>(args.partials) + static_cast<long long>(blockIdx.x) * {mn};",
     ]
+    # The bulk pipeline's producer warp (row group rg) holds no sums.
+    producer_out = f" && row_group < {rg}" if spec.bulk else ""
     if rg > 1:
         slot = lambda group, m, n: f"reduce[({group} - 1) * {pmn} + {local(m)} * {p.n} + {n}]"
         body += [
             f"{e}* reduce = reinterpret_cast<{e}*>(tsmm_smem);",
-            "if (row_group > 0) {",
+            f"if (row_group > 0{producer_out}) {{",
             *["  " + line for line in each(lambda acc, m, n: f"{slot('row_group', m, n)} = {acc};")],
             "}",
             "__syncthreads();",
@@ -566,7 +696,7 @@ def _atb_block_reduction(spec: KernelSpec, ar: _Arith, outputs) -> list[str]:
             "  }",
         ]
     else:
-        body += ["{"]
+        body += ["if (row_group == 0) {" if spec.bulk else "{"]
     body += [
         *["  " + line for line in each(lambda acc, m, n: f"partial[{m} * {p.n} + {n}] = {acc};")],
         "}",

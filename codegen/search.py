@@ -47,24 +47,34 @@ def _stage_outs(problem: Problem) -> tuple[bool, ...]:
     return (True, False) if problem.op == "ab" else (False,)
 
 
-def _mma_candidates(problem: Problem) -> dict[Config, float]:
+def _has_bulk_copies(arch: str) -> bool:
+    """Whether GPUs of ``arch`` ("sm_90", "sm_90a", ...) have cp.async.bulk and transaction barriers."""
+    return int(arch.removeprefix("sm_").rstrip("af")) >= 90
+
+
+def _mma_candidates(problem: Problem, arch: str) -> dict[Config, float]:
     """DMMA configurations (float64, float32), scored like the rest with the tensor cores'
-    doubled rate counted as twice the reuse."""
+    doubled rate counted as twice the reuse; float64 atb also with bulk stage copies
+    where the GPU has them."""
     found = {}
     atb = problem.op == "atb"
+    bulk = atb and problem.dtype == "float64" and _has_bulk_copies(arch)
     probe = KernelSpec(problem, Config(tile_m=1, tile_n=1, mma=True, rows_per_stage=8, row_groups=1, c_source="global"))
     row_bytes = (probe.smem_stride(problem.m) + (probe.smem_stride(problem.n) if atb else 0)) * problem.element_bytes
     out_row_bytes = problem.n * problem.element_bytes
-    for tile_m, tile_n, row_groups, stage_bytes, stages, blocks, stage_out in itertools.product(
-        range(1, 9), range(1, 9), (1, 2, 4, 8), STAGE_BYTES, (2, 3, 4), (1, 2, 3), _stage_outs(problem),
+    for tile_m, tile_n, row_groups, stage_bytes, stages, blocks, stage_out, stage_copy in itertools.product(
+        range(1, 9), range(1, 9), (1, 2, 3, 4, 8), STAGE_BYTES, (2, 3, 4, 6), (1, 2, 3), _stage_outs(problem),
+        ("vector", "bulk") if bulk else ("vector",),
     ):
-        if tile_m * tile_n > 16:
-            continue
-        per_pass = 4 * row_groups if atb else 8 * tile_m * row_groups
+        if tile_m * tile_n > 16 or stages == 6 and not (stage_copy == "bulk" and blocks == 1):
+            continue  # a deep ring serves one block of bulk copies only (nothing else keeps it full)
+        per_pass = KernelSpec(problem, Config(row_groups=row_groups, mma=True, stage_copy=stage_copy)).rows_per_pass \
+            if atb else 8 * tile_m * row_groups
         rows = max(per_pass, stage_bytes // (row_bytes + stage_out * out_row_bytes) // per_pass * per_pass)
         config = Config(tile_m=tile_m, tile_n=tile_n, mapping="blocked", row_groups=row_groups,
                         rows_per_stage=rows, stages=stages, unroll=2 if atb else 1, mma=True,
-                        c_source="shared" if atb else "global", stage_out=stage_out, blocks_per_sm=blocks)
+                        c_source="shared" if atb else "global", stage_out=stage_out, stage_copy=stage_copy,
+                        blocks_per_sm=blocks)
         spec = KernelSpec(problem, config)
         try:
             validate(spec)
@@ -75,8 +85,9 @@ def _mma_candidates(problem: Problem) -> dict[Config, float]:
     return found
 
 
-def candidates(problem: Problem, limit: int = 16) -> list[Config]:
-    """Up to ``limit`` valid configurations, best-scored first, the model's default among them."""
+def candidates(problem: Problem, limit: int = 16, arch: str = "sm_90") -> list[Config]:
+    """Up to ``limit`` valid configurations for GPUs of ``arch``, best-scored first, the
+    model's default among them."""
     found = {}
     inner = _tile_widths(problem.m) if problem.op == "atb" else [1, 2, 4, 8]
     paddings = (True, False) if problem.m % 2 == 0 or (problem.op == "atb" and problem.n % 2 == 0) else (False,)
@@ -103,13 +114,13 @@ def candidates(problem: Problem, limit: int = 16) -> list[Config]:
         if _occupancy_ok(spec):
             found[config] = score(spec)
     if problem.dtype in MMA_DTYPES:
-        found.update(_mma_candidates(problem))
+        found.update(_mma_candidates(problem, arch))
     # Best first, but one per tile/thread/stage shape before any second variant of
     # a shape (unroll, mapping and blocks per SM matter less than those).
     firsts, seconds, seen = [], [], set()
     for config in sorted(found, key=found.get, reverse=True):
         shape = (config.tile_m, config.tile_n, config.row_groups, config.rows_per_stage, config.stages,
-                 config.padded, config.mma, config.stage_out)
+                 config.padded, config.mma, config.stage_out, config.stage_copy)
         (seconds if shape in seen else firsts).append(config)
         seen.add(shape)
     ranked = firsts + seconds

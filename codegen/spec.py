@@ -25,7 +25,7 @@ DTYPES = {
 MAX_THREADS = 1024
 MAX_SHARED_BYTES = 227 * 1024  # Hopper's opt-in limit per block
 MAX_REGISTERS = 255
-STAGE_COPIES = ("vector", "element")
+STAGE_COPIES = ("vector", "element", "bulk")
 # DMMA (FP64 tensor cores) serves float32 too: widened to double on the way from
 # shared memory to the fragments (exact), accumulated in double.
 MMA_DTYPES = ("float64", "float32")
@@ -106,7 +106,14 @@ class Config:
     stage_copy       how staged rows of A (and B) move: "vector", 16-byte copies
                      where alignment allows; "element", one copy per element (a
                      simpler loop, for kernels bound by their arithmetic rather
-                     than by memory).
+                     than by memory); "bulk" (float64 DMMA atb, sm_90), a producer
+                     warp moves each stage with Hopper's bulk copies (TMA,
+                     cp.async.bulk) that count down a transaction barrier per
+                     slot, so the consumer warps issue no copies and never wait
+                     for each other (no block-wide barrier per stage). Their
+                     rows are staged unpadded where a DMMA step can take its
+                     4 rows s apart (see bulk_layout) and the fragments still
+                     hit distinct banks.
     m_panels         atb only: the M rows of the result are split into this many
                      panels, one per blockIdx.y, when one block's registers
                      cannot hold all of them (each panel streams A and B again).
@@ -160,8 +167,22 @@ class KernelSpec:
         return _ceil_div(p.n, c.tile_n)
 
     @property
-    def threads(self) -> int:
+    def consumer_threads(self) -> int:
+        """Threads that compute (all of them, unless a producer warp stages the rows)."""
         return self.tiles_m * self.tiles_n * self.config.row_groups * (32 if self.config.mma else 1)
+
+    @property
+    def threads(self) -> int:
+        return self.consumer_threads + (32 if self.bulk else 0)
+
+    @property
+    def bulk(self) -> bool:
+        return self.config.stage_copy == "bulk"
+
+    @property
+    def row_spacing(self) -> int:
+        """Rows between the 4 rows of one DMMA k-step (1: consecutive rows)."""
+        return bulk_layout(self.problem.m, self.problem.n)[0] if self.bulk else 1
 
     @property
     def rows_per_pass(self) -> int:
@@ -169,7 +190,7 @@ class KernelSpec:
         c = self.config
         if self.problem.op == "ab":
             return c.row_groups * c.tile_m * (8 if c.mma else 1)
-        return c.row_groups * (4 if c.mma else 1)
+        return c.row_groups * (4 * self.row_spacing if c.mma else 1)
 
     @property
     def rows_per_chunk(self) -> int:
@@ -186,6 +207,9 @@ class KernelSpec:
         (atb) or 8 rows x 4 columns (ab's A): strides that put every lane of a
         request in its own bank (see dmma_stride, dmma_float_stride)."""
         p = self.problem
+        if self.bulk:
+            _, stride_m, stride_n = bulk_layout(p.m, p.n)
+            return stride_m if width == p.m else stride_n
         if self.config.mma:
             return dmma_stride(width) if p.real_type == "double" else dmma_float_stride(width, p.op)
         return width + 1 if self.config.padded and width % 2 == 0 else width
@@ -197,6 +221,8 @@ class KernelSpec:
         vec = p.vector_elements
 
         def area(width: int) -> int:
+            if self.bulk:  # the operand's misalignment (shift) is mirrored, padded or not
+                return _round_up(c.rows_per_stage * self.smem_stride(width), vec) + vec
             if self.is_padded(width):
                 return _round_up(c.rows_per_stage * self.smem_stride(width), vec)
             return _round_up(c.rows_per_stage * width, vec) + vec
@@ -229,9 +255,18 @@ class KernelSpec:
         return (self.config.row_groups - 1) * self.panel_m * p.n * p.element_bytes if p.op == "atb" else 0
 
     @property
+    def barrier_offset(self) -> int:
+        """Bytes before the bulk pipeline's barriers: the ring (or the reduction
+        that reuses it), which the barriers must outlive."""
+        return _round_up(max(self.config.stages * self.stage_bytes, self.reduction_bytes), VECTOR_BYTES)
+
+    @property
     def shared_bytes(self) -> int:
         """Dynamic shared memory: the stage ring (reused for atb's block-local
-        reduction once the ring is drained) plus ab's copy of C and chunk of out."""
+        reduction once the ring is drained) plus ab's copy of C and chunk of out,
+        or the bulk pipeline's two 8-byte barriers per slot."""
+        if self.bulk:
+            return self.barrier_offset + 2 * 8 * self.config.stages
         ring = self.config.stages * self.stage_bytes
         return max(ring, self.reduction_bytes) + self.c_shared_bytes + self.out_stage_bytes
 
@@ -262,6 +297,26 @@ def dmma_stride(width: int) -> int:
     """The narrowest row stride >= width that is 4 or 12 modulo 16 doubles: a DMMA
     fragment's 4 rows x 8 columns then hit 32 distinct 4-byte banks per half warp."""
     return next(s for s in range(width, width + 16) if s % 16 in (4, 12))
+
+
+def bulk_layout(m: int, n: int) -> tuple[int, int, int] | None:
+    """(row spacing s, stride of A's rows, stride of B's rows) for bulk-staged DMMA
+    atb, or None. A DMMA step takes rows r, r+s, r+2s, r+3s (the sum over rows
+    does not care which), so a fragment's 4 rows x 8 columns hit distinct bank
+    pairs when s * stride is 4 or 12 modulo 16 doubles. A stride equal to the
+    width stages a chunk as one contiguous span (one bulk copy); a wider one
+    stages it row by row, and must keep each row's 16-byte alignment (the same
+    parity as the width). Odd widths take s = 4 unpadded; even ones s = 1 or 2,
+    whichever pads less; an odd width beside an even one has no layout."""
+    best = None
+    for s in (1, 2, 4):
+        strides = []
+        for width in (m, n):
+            fits = [p for p in range(width, width + 16, 2) if s * p % 16 in (4, 12)]
+            strides.append(fits[0] if fits else None)
+        if None not in strides and (best is None or sum(strides) < sum(best[1:])):
+            best = (s, *strides)
+    return best
 
 
 def dmma_float_stride(width: int, op: str) -> int:
@@ -306,6 +361,9 @@ def validate(spec: KernelSpec) -> None:
         errors.append(f"c_source must be 'shared' or 'global', got {c.c_source!r}")
     if not 1 <= c.m_panels <= (p.m if p.op == "atb" else 1):
         errors.append(f"m_panels {c.m_panels} must lie in 1..M for atb and be 1 for ab")
+        raise InvalidSpec(f"{spec.name}: " + "; ".join(errors))
+    if c.stage_copy == "bulk" and not (c.mma and p.op == "atb" and p.dtype == "float64" and bulk_layout(p.m, p.n)):
+        errors.append("bulk stage copies serve float64 DMMA atb whose widths are both odd or both even")
         raise InvalidSpec(f"{spec.name}: " + "; ".join(errors))
     if c.mma and (p.dtype not in MMA_DTYPES or c.m_panels != 1 or (p.op == "ab" and c.c_source != "global")):
         errors.append(f"mma (DMMA) serves {' and '.join(MMA_DTYPES)} without panels, for ab with C from global memory")

@@ -50,14 +50,14 @@ def largest_range_min(k: int) -> int:
     return min(K_RANGES[-1][0], k)
 
 
-def candidate_specs(problem: Problem, limit: int) -> list[KernelSpec]:
+def candidate_specs(problem: Problem, limit: int, arch: str) -> list[KernelSpec]:
     """Up to ``limit`` candidates of the problem and, for a complex problem with a
     real view, up to ``limit`` of the real problem it can run as (the same bytes,
     on the tensor cores; see ``_dispatch``)."""
-    specs = [KernelSpec(problem, c) for c in candidates(problem, limit)]
+    specs = [KernelSpec(problem, c) for c in candidates(problem, limit, arch)]
     real = _dispatch.real_view_problem(problem)
     if real is not None:
-        specs += [KernelSpec(real, c) for c in candidates(real, limit)]
+        specs += [KernelSpec(real, c) for c in candidates(real, limit, arch)]
     return specs
 
 
@@ -65,7 +65,7 @@ def tune_problem(problem: Problem, ceilings: dict, limit: int, arch: str, k_min:
     """Entries for the K ranges from ``k_min`` up: the fastest candidate in each
     (``real_view`` where it is the real view's), or XLA where it measured faster."""
     dtype = np.dtype(problem.dtype)
-    specs = candidate_specs(problem, limit)
+    specs = candidate_specs(problem, limit, arch)
     _kernels.precompile(specs, arch)
     ours, xla = bench.operations(problem.op)
     entries = []

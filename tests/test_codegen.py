@@ -43,6 +43,10 @@ def _sample_specs() -> list[KernelSpec]:
         (Problem("atb", "float32", 30, 9), Config(tile_m=1, tile_n=2, mapping="blocked", row_groups=2, rows_per_stage=24, stages=2, mma=True)),
         (Problem("ab", "float32", 37, 29, update=True), Config(tile_m=1, tile_n=2, row_groups=4, rows_per_stage=64, c_source="global", mma=True)),
         (Problem("ab", "float32", 64, 40), Config(tile_m=2, tile_n=1, row_groups=2, rows_per_stage=128, stages=2, c_source="global", mma=True, stage_out=True)),
+        # bulk stage copies: unpadded rows 4 apart (odd), 2 apart (42), padded rows (64 x 8)
+        (Problem("atb", "float64", 57, 57), Config(tile_m=4, tile_n=4, mapping="blocked", row_groups=3, rows_per_stage=48, stages=4, mma=True, stage_copy="bulk", blocks_per_sm=1)),
+        (Problem("atb", "float64", 42, 42), Config(tile_m=2, tile_n=3, mapping="blocked", row_groups=2, rows_per_stage=32, stages=3, mma=True, stage_copy="bulk")),
+        (Problem("atb", "float64", 64, 8), Config(tile_m=4, tile_n=1, mapping="blocked", row_groups=1, rows_per_stage=16, stages=2, mma=True, stage_copy="bulk")),
     ]
     return specs + [KernelSpec(p, c) for p, c in variants]
 
@@ -123,6 +127,29 @@ def test_staged_float_fragments_take_one_bank_per_lane(op, width):
     assert width <= stride < width + 32
     rows, cols = (4, 8) if op == "atb" else (8, 4)
     assert len({(r * stride + c) % 32 for r in range(rows) for c in range(cols)}) == 32
+
+
+@pytest.mark.parametrize("m, n", [(w, w) for w in range(1, 65)] + [(3, 7), (64, 8), (2, 32), (13, 48)])
+def test_bulk_layout_fragments_take_distinct_banks(m, n):
+    """Bulk-staged DMMA rows: a half warp's fragment read (4 rows s apart x 4 columns
+    of doubles) touches 16 distinct 8-byte bank pairs in each operand; unpadded rows
+    where the widths allow; padded rows keep each row's 16-byte alignment; and an odd
+    width beside an even one is rejected."""
+    config = Config(tile_m=min(4, -(-m // 8)), tile_n=min(4, -(-n // 8)), mma=True, stage_copy="bulk",
+                    row_groups=1, rows_per_stage=16)
+    spec = KernelSpec(Problem("atb", "float64", m, n), config)
+    if (m - n) % 2:
+        with pytest.raises(InvalidSpec, match="bulk"):
+            validate(spec)
+        return
+    validate(spec)
+    s = spec.row_spacing
+    for width in (m, n):
+        stride = spec.smem_stride(width)
+        assert len({(s * k * stride + c) % 16 for k in range(4) for c in range(4)}) == 16
+        assert stride == width or (width % 2 == 0 and stride % 2 == 0)
+    if m % 8 and n % 8:
+        assert not spec.is_padded(m) and not spec.is_padded(n)
 
 
 def test_names_identify_the_source():

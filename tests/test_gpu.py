@@ -222,6 +222,28 @@ def test_element_stage_copies(op, dtype, m, n):
     assert_close(out, a, b, op=op)
 
 
+@pytest.mark.parametrize("m, n", [(57, 57), (64, 64), (33, 33), (36, 36), (42, 42), (3, 7), (64, 8)])
+@pytest.mark.parametrize("k", [1, 37, 100_003, 10**6 + 7])
+def test_bulk_stage_copies(m, n, k):
+    """Config.stage_copy = "bulk": a producer warp stages each chunk with bulk copies
+    (one span of unpadded rows taken 4 or 2 apart, or padded rows one by one) on
+    transaction barriers, through many rounds of the ring, over batch items that start
+    off a 16-byte boundary where K * M is odd, with a ragged last chunk; and the
+    same bits on every run."""
+    rng = np.random.default_rng()
+    problem = Problem("atb", "float64", m, n)
+    probe = KernelSpec(problem, Config(mma=True, stage_copy="bulk", row_groups=2, rows_per_stage=64))
+    config = Config(tile_m=min(2, -(-m // 8)), tile_n=min(4, -(-n // 8)), mapping="blocked", row_groups=2,
+                    rows_per_stage=2 * probe.rows_per_pass, stages=3, unroll=2, mma=True, stage_copy="bulk")
+    spec = KernelSpec(problem, config)
+    a, b = operands(rng, "atb", "float64", k, m, n, (3,), (3,))
+    with _dispatch.forced(spec):
+        out = run("atb", a, b)
+        again = run("atb", a, b)
+    assert_close(out, a, b, op="atb", err_msg=spec.name)
+    assert np.array_equal(np.asarray(out), np.asarray(again))
+
+
 @pytest.mark.parametrize("k", [1, 31, 33, 1000, 10**6 + 7])
 @pytest.mark.parametrize("dtype", ["float64", "float32"])
 def test_tensor_core_path(dtype, k):

@@ -40,9 +40,9 @@ def test_complex_problems_are_tuned_with_their_real_views(monkeypatch):
     says so and carries the real problem's configuration."""
     problem = Problem("atb", "complex64", 5, 3)
     real = Problem("atb", "float32", 10, 6)
-    specs = tune.candidate_specs(problem, 2)
+    specs = tune.candidate_specs(problem, 2, "sm_90")
     assert [s.problem for s in specs] == [problem, problem, real, real]
-    assert tune.candidate_specs(Problem("atb", "complex64", 65, 3), 2)[-1].problem.dtype == "complex64"
+    assert tune.candidate_specs(Problem("atb", "complex64", 65, 3), 2, "sm_90")[-1].problem.dtype == "complex64"
     monkeypatch.setattr(tune, "K_RANGES", ((0, 300),))
     (entry,) = tune.tune_problem(problem, CEILINGS, limit=2, arch="sm_90")
     assert entry["candidates"] == 4
