@@ -234,7 +234,8 @@ def test_bulk_stage_copies(m, n, k):
     problem = Problem("atb", "float64", m, n)
     probe = KernelSpec(problem, Config(mma=True, stage_copy="bulk", row_groups=2, rows_per_stage=64))
     config = Config(tile_m=min(2, -(-m // 8)), tile_n=min(4, -(-n // 8)), mapping="blocked", row_groups=2,
-                    rows_per_stage=2 * probe.rows_per_pass, stages=3, unroll=2, mma=True, stage_copy="bulk")
+                    rows_per_stage=2 * probe.rows_per_pass, stages=3, unroll=2, mma=True, stage_copy="bulk",
+                    blocks_per_sm=1)
     spec = KernelSpec(problem, config)
     a, b = operands(rng, "atb", "float64", k, m, n, (3,), (3,))
     with _dispatch.forced(spec):
