@@ -11,6 +11,7 @@ import numpy as np
 
 import jax_tsmm
 from jax_tsmm import _dispatch
+from jax_tsmm.codegen import Config, KernelSpec, Problem
 
 jax.config.update("jax_enable_x64", True)
 rng = np.random.default_rng()
@@ -43,6 +44,25 @@ CASES = list(zip(
     (("ab", "complex128"), (12, 13), 4099),  # real view of A and out, C expanded
     (("ab_update", "complex64"), (20, 11), 1001),  # real view of y too
 ]
+# Bulk stage copies (a producer warp, transaction barriers), which the model never
+# picks: one span of rows taken 4 apart, 2 apart, and padded rows copied one by one.
+BULK_CASES = [
+    ((57, 57), Config(tile_m=4, tile_n=4, mapping="blocked", row_groups=3, rows_per_stage=48, stages=3,
+                      unroll=2, mma=True, stage_copy="bulk", blocks_per_sm=1)),
+    ((42, 42), Config(tile_m=3, tile_n=3, mapping="blocked", row_groups=2, rows_per_stage=32, stages=2,
+                      unroll=2, mma=True, stage_copy="bulk")),
+    ((64, 8), Config(tile_m=4, tile_n=1, mapping="blocked", row_groups=1, rows_per_stage=16, stages=2,
+                     mma=True, stage_copy="bulk")),
+]
+for (m, n), config in BULK_CASES:
+    a, b = random((2, 1001, m), "float64"), random((1, 1001, n), "float64")
+    with _dispatch.forced(KernelSpec(Problem("atb", "float64", m, n), config)):
+        got = jax_tsmm.atb(a, b)
+    want = a.swapaxes(-1, -2) @ b
+    err = np.abs(np.asarray(got) - want).max() / np.abs(want).max()
+    print(f"atb float64 {m}x{n} K=1001 ({config.stage_copy}): relative error {err:.1e}", flush=True)
+    assert err < 1e-12, err
+
 for (op, dtype), (m, n), k in CASES:
     with _dispatch.model_only():
         a = random((2, k, m), dtype)
