@@ -8,7 +8,7 @@ import itertools
 import math
 
 from .model import _split, default_config
-from .spec import MMA_DTYPES, Config, InvalidSpec, KernelSpec, Problem, validate
+from .spec import MMA_DTYPES, Config, InvalidSpec, KernelSpec, Problem, bulk_layout, validate
 
 SM_REGISTERS = 65536
 SM_SHARED_BYTES = 228 * 1024
@@ -58,7 +58,7 @@ def _mma_candidates(problem: Problem, arch: str) -> dict[Config, float]:
     where the GPU has them."""
     found = {}
     atb = problem.op == "atb"
-    bulk = atb and problem.dtype == "float64" and _has_bulk_copies(arch)
+    bulk = atb and problem.dtype == "float64" and _has_bulk_copies(arch) and bulk_layout(problem.m, problem.n) is not None
     probe = KernelSpec(problem, Config(tile_m=1, tile_n=1, mma=True, rows_per_stage=8, row_groups=1, c_source="global"))
     row_bytes = (probe.smem_stride(problem.m) + (probe.smem_stride(problem.n) if atb else 0)) * problem.element_bytes
     out_row_bytes = problem.n * problem.element_bytes

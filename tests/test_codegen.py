@@ -12,6 +12,7 @@ import pytest
 from jax_tsmm import _kernels
 from jax_tsmm.codegen import Config, InvalidSpec, KernelSpec, Problem, default_config, module_source, validate
 from jax_tsmm.codegen.prebuilt import prebuilt_specs
+from jax_tsmm.codegen.search import candidates
 
 DTYPES = ("float32", "float64", "complex64", "complex128")
 
@@ -150,6 +151,12 @@ def test_bulk_layout_fragments_take_distinct_banks(m, n):
         assert stride == width or (width % 2 == 0 and stride % 2 == 0)
     if m % 8 and n % 8:
         assert not spec.is_padded(m) and not spec.is_padded(n)
+
+
+def test_bulk_candidates_only_where_the_gpu_and_the_widths_allow():
+    assert any(c.stage_copy == "bulk" for c in candidates(Problem("atb", "float64", 57, 57), 16, "sm_90"))
+    assert not any(c.stage_copy == "bulk" for c in candidates(Problem("atb", "float64", 57, 57), 16, "sm_80"))
+    assert not any(c.stage_copy == "bulk" for c in candidates(Problem("atb", "float64", 13, 48), 16, "sm_90"))
 
 
 def test_names_identify_the_source():
