@@ -394,23 +394,29 @@ def _block_prologue(spec: KernelSpec, arith: _Arith, b_name: str) -> list[str]:
     ]
 
 
+def _step_chunk(spec: KernelSpec) -> list[str]:
+    """Where step `step` of a block's walk over K lands: its chunk, first row, row
+    count (short in the last chunk) and ring slot."""
+    r = spec.rows_per_chunk
+    return [
+        "const long long chunk = first_chunk + step * args.grid_k;",
+        f"const long long row0 = chunk * {r};",
+        f"const int rows = static_cast<int>(min(static_cast<long long>({r}), args.k - row0));",
+        f"const int slot = static_cast<int>(step % {spec.config.stages});",
+    ]
+
+
 def _pipeline(spec: KernelSpec, issue: list[str], consume: list[str]) -> list[str]:
     """The multi-stage cp.async ring shared by both ops (leap-frogging).
 
     `issue` copies chunk `chunk` (rows row0 .. row0+rows) into ring slot `slot`;
     `consume` computes on slot `slot` (row0 and rows given). The loads of stages-1 later chunks stay
     in flight while one chunk is consumed, hiding DRAM latency."""
-    c = spec.config
-    s = c.stages
-    r = spec.rows_per_chunk
+    s = spec.config.stages
     issue_fn = [
         "auto issue = [&](long long step) {",
         "  if (step < my_chunks) {",
-        "    const long long chunk = first_chunk + step * args.grid_k;",
-        f"    const long long row0 = chunk * {r};",
-        f"    const int rows = static_cast<int>(min(static_cast<long long>({r}), args.k - row0));",
-        f"    const int slot = static_cast<int>(step % {s});",
-        *["    " + line for line in issue],
+        *["    " + line for line in _step_chunk(spec) + issue],
         "  }",
         "  // Commit even an empty group so wait_group counts stay uniform at the tail.",
         "  tsmm_cp_async_commit();",
@@ -427,11 +433,7 @@ def _pipeline(spec: KernelSpec, issue: list[str], consume: list[str]) -> list[st
         f"  tsmm_cp_async_wait<{s - 2}>();",
         "  __syncthreads();",
         f"  issue(step + {s - 1});",
-        "  const long long chunk = first_chunk + step * args.grid_k;",
-        f"  const long long row0 = chunk * {r};",
-        f"  const int rows = static_cast<int>(min(static_cast<long long>({r}), args.k - row0));",
-        f"  const int slot = static_cast<int>(step % {s});",
-        *["  " + line for line in consume],
+        *["  " + line for line in _step_chunk(spec) + consume],
         "}",
         "tsmm_cp_async_wait<0>();",
         "__syncthreads();",
@@ -444,8 +446,7 @@ def _bulk_pipeline(spec: KernelSpec, consume: list[str]) -> list[str]:
     slot (barrier `empty`), and the consumer warps compute on a slot once its bytes
     have landed (barrier `full`). Each consumer warp waits only for its data, never
     for the other warps, and issues no copy instructions."""
-    p, c = spec.problem, spec.config
-    s, r = c.stages, spec.rows_per_chunk
+    p, s = spec.problem, spec.config.stages
     consumer_warps = spec.consumer_threads // 32
 
     def stage(operand: str, width: int) -> list[str]:
@@ -459,13 +460,7 @@ def _bulk_pipeline(spec: KernelSpec, consume: list[str]) -> list[str]:
                 f"{operand} + (row0 + row) * {width}, {width}, &full[slot]);",
                 "}"]
 
-    chunk = [
-        "const long long chunk = first_chunk + step * args.grid_k;",
-        f"const long long row0 = chunk * {r};",
-        f"const int rows = static_cast<int>(min(static_cast<long long>({r}), args.k - row0));",
-        f"const int slot = static_cast<int>(step % {s});",
-        f"const unsigned round = static_cast<unsigned>(step / {s});",
-    ]
+    chunk = _step_chunk(spec) + [f"const unsigned round = static_cast<unsigned>(step / {s});"]
     return [
         "#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900",
         '#error "Config.stage_copy = bulk needs sm_90 or newer (cp.async.bulk, transaction barriers)"',
