@@ -8,6 +8,8 @@ carries a comment naming the technique it implements.
 
 from __future__ import annotations
 
+import dataclasses
+
 from .abi import PRELUDE
 from .spec import KernelSpec, validate
 
@@ -981,7 +983,7 @@ def _kernels(spec: KernelSpec, kernels: list[tuple[str, int | None, list[str]]])
     p, c = spec.problem, spec.config
     parts = [
         f"// {spec.name}: {p.op} {p.dtype} M={p.m} N={p.n} conj={p.conj}",
-        f"// {c}",
+        "// " + ", ".join(f"{field}={value!r}" for field, value in dataclasses.asdict(c).items() if field != "waves"),
         f"// threads={spec.threads} shared_bytes={spec.shared_bytes} rows_per_chunk={spec.rows_per_chunk}",
     ]
     for name, threads, body in kernels:

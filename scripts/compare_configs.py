@@ -6,9 +6,9 @@
 For each shape (op:dtype:M:N; op atb, ab or ab_update) the model's configuration
 is timed with every combination of the varied Config fields, on the bench's
 inputs (tall matrices of 1 GiB unless --k is given) and with the bench's loops,
-then XLA's dot once on the same inputs. Variants that fail validation are
-reported and skipped. The predict-change-measure step of tuning by hand; the
-tuner (jax_tsmm.tune) searches the space.
+then XLA's dot once on the same inputs. Variants that fail validation or do
+not compile are reported and skipped. The predict-change-measure step of
+tuning by hand; the tuner (jax_tsmm.tune) searches the space.
 """
 
 from __future__ import annotations
@@ -17,6 +17,8 @@ import argparse
 import dataclasses
 import itertools
 import json
+import os
+from concurrent.futures import ThreadPoolExecutor
 
 import jax
 import numpy as np
@@ -30,6 +32,20 @@ def _parse_vary(text: str) -> tuple[str, list]:
     kind = type(getattr(Config(), field))
     parse = (lambda v: v.lower() in ("1", "true", "yes")) if kind is bool else kind
     return field, [parse(v) for v in values.split(",")]
+
+
+def _compiled(specs: list[KernelSpec]) -> list[KernelSpec]:
+    """The specs that compile (in parallel); the others are reported and skipped."""
+    def compiles(spec: KernelSpec) -> bool:
+        try:
+            _kernels.compile_module([spec], _cuda.arch())
+            return True
+        except _kernels.KernelBuildError as error:
+            print(f"{spec.name}: does not compile: {str(error).splitlines()[-2:]}", flush=True)
+            return False
+
+    with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
+        return [spec for spec, ok in zip(specs, pool.map(compiles, specs)) if ok]
 
 
 def main() -> None:
@@ -59,7 +75,7 @@ def main() -> None:
                 specs.append(spec)
             except InvalidSpec as error:
                 print(f"{shape} {values}: invalid: {error}", flush=True)
-        _kernels.precompile(specs, _cuda.arch())
+        specs = _compiled(specs)
         k = args.k or bench.problem_rows(m, n, np.dtype(dtype))
         sets = bench.operand_sets(op, np.dtype(dtype), m, n, k, seed=m * 1000 + n)
         roof = bench.roofline_seconds(op, np.dtype(dtype), m, n, k, ceilings)

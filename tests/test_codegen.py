@@ -162,10 +162,12 @@ def test_bulk_candidates_only_where_the_gpu_and_the_widths_allow():
 def test_names_identify_the_source():
     p = Problem("atb", "float64", 5, 5)
     c = default_config(p)
-    same_source = dataclasses.replace(c, blocks_per_sm=c.blocks_per_sm + 1)
-    other_source = dataclasses.replace(c, unroll=c.unroll + 1)
+    same_source = dataclasses.replace(c, waves=c.waves + 1)
+    assert module_source([KernelSpec(p, c)]) == module_source([KernelSpec(p, same_source)])
     assert KernelSpec(p, c).name == KernelSpec(p, same_source).name
-    assert KernelSpec(p, c).name != KernelSpec(p, other_source).name
+    for other_source in (dataclasses.replace(c, unroll=c.unroll + 1), dataclasses.replace(c, blocks_per_sm=c.blocks_per_sm + 1)):
+        assert module_source([KernelSpec(p, c)]) != module_source([KernelSpec(p, other_source)])
+        assert KernelSpec(p, c).name != KernelSpec(p, other_source).name
 
 
 def _nvcc_compile(specs, tmp_path):
