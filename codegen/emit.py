@@ -249,6 +249,40 @@ __device__ __forceinline__ void tsmm_bulk_stage(T* dst, const T* src, int count,
                  :: "r"(tsmm_shared_address(dst + head)), "l"(src + head), "r"(bytes), "r"(bar) : "memory");
   }
 }
+
+// The other direction, for ab's staged output: `count` elements from shared memory
+// (src equally misaligned as dst modulo 16 bytes) to dst, the aligned middle as one
+// bulk store committed as its own group, the ragged ends by plain stores. The
+// caller's threads have written src and fenced it for the async proxy
+// (tsmm_fence_shared_for_bulk) before a barrier that this thread passed.
+template <typename T>
+__device__ __forceinline__ void tsmm_bulk_store(T* dst, const T* src, int count) {
+  const int head = min(count, static_cast<int>((16 - reinterpret_cast<unsigned long long>(dst) % 16) % 16 / sizeof(T)));
+  const int middle = (count - head) * static_cast<int>(sizeof(T)) / 16 * 16 / static_cast<int>(sizeof(T));
+  for (int e = 0; e < head; ++e) dst[e] = src[e];
+  for (int e = head + middle; e < count; ++e) dst[e] = src[e];
+  if (middle > 0) {
+    asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;"
+                 :: "l"(dst + head), "r"(tsmm_shared_address(src + head)), "r"(middle * static_cast<unsigned>(sizeof(T)))
+                 : "memory");
+  }
+  asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+}
+// This thread's shared-memory writes become visible to later bulk (async-proxy) reads.
+__device__ __forceinline__ void tsmm_fence_shared_for_bulk() {
+  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+}
+// Wait until this thread's bulk stores have read their source (kDone: also written
+// their destination), so the source may be overwritten (or the block may exit).
+template <bool kDone>
+__device__ __forceinline__ void tsmm_bulk_store_wait() {
+  if constexpr (kDone) asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
+  else asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
+}
+// A barrier among the first `threads` threads (the consumer warps), leaving out the producer.
+__device__ __forceinline__ void tsmm_consumer_barrier(int threads) {
+  asm volatile("bar.sync 1, %0;" :: "r"(threads) : "memory");
+}
 #endif
 
 // The fused update's scalar arithmetic, alpha * x and alpha * x + beta * y, for
@@ -442,18 +476,20 @@ def _pipeline(spec: KernelSpec, issue: list[str], consume: list[str]) -> list[st
     ]
 
 
-def _bulk_pipeline(spec: KernelSpec, consume: list[str]) -> list[str]:
+def _bulk_pipeline(spec: KernelSpec, consume: list[str], finish: list[str] = (), drain: list[str] = ()) -> list[str]:
     """The ring with a producer warp (Config.stage_copy "bulk"): it stages chunk `step`
     into slot step % stages with bulk copies once the consumers have released the
     slot (barrier `empty`), and the consumer warps compute on a slot once its bytes
     have landed (barrier `full`). Each consumer warp waits only for its data, never
-    for the other warps, and issues no copy instructions."""
+    for the other warps, and issues no copy instructions. `finish` runs in every
+    consumer thread after its warp has released the slot, `drain` once after the
+    consumers' last chunk."""
     p, s = spec.problem, spec.config.stages
     consumer_warps = spec.consumer_threads // 32
+    operands = [("a", p.m), ("b", p.n)] if p.op == "atb" else [("a", p.m)]
 
-    def stage(operand: str, width: int) -> list[str]:
+    def stage(operand: str, width: int, lane: int) -> list[str]:
         stride = spec.smem_stride(width)
-        lane = 0 if operand == "a" else 1
         if stride == width:  # unpadded: the chunk is one contiguous span
             return [f"if (lane == {lane}) tsmm_bulk_stage(slot_{operand}(slot) + {operand}_shift, "
                     f"{operand} + row0 * {width}, rows * {width}, &full[slot]);"]
@@ -484,7 +520,7 @@ def _bulk_pipeline(spec: KernelSpec, consume: list[str]) -> list[str]:
         "  for (long long step = 0; step < my_chunks; ++step) {",
         *["    " + line for line in chunk],
         f"    if (step >= {s}) tsmm_barrier_wait(&empty[slot], (round - 1) & 1);",
-        *["    " + line for line in stage("a", p.m) + stage("b", p.n)],
+        *["    " + line for lane, (operand, width) in enumerate(operands) for line in stage(operand, width, lane)],
         "    __syncwarp();  // every lane's copies are issued and counted before the arrival",
         "    if (lane == 0) tsmm_barrier_arrive(&full[slot]);",
         "  }",
@@ -495,9 +531,10 @@ def _bulk_pipeline(spec: KernelSpec, consume: list[str]) -> list[str]:
         *["    " + line for line in consume],
         "    __syncwarp();  // the whole warp has read the slot",
         "    if (lane == 0) tsmm_barrier_arrive(&empty[slot]);",
+        *["    " + line for line in finish],
         "  }",
+        *["  " + line for line in drain],
         "}",
-        "__syncthreads();  // the ring is drained: the reduction may reuse it",
     ]
 
 
@@ -645,7 +682,10 @@ def _atb_mma_body(spec: KernelSpec, ar: _Arith) -> tuple[list[str], list[tuple[s
         "",
     ]
     issue, consume = _atb_consume(spec, e, 4 * s)
-    body += _bulk_pipeline(spec, consume) if spec.bulk else _pipeline(spec, issue, consume)
+    if spec.bulk:
+        body += _bulk_pipeline(spec, consume) + ["__syncthreads();  // the ring is drained: the reduction may reuse it"]
+    else:
+        body += _pipeline(spec, issue, consume)
     outputs = []
     for i in range(tm):
         for j in range(tn):
@@ -757,9 +797,10 @@ def _emit_ab(spec: KernelSpec) -> str:
         "",
         f"auto slot_a = [&](int slot) {{ return reinterpret_cast<{e}*>(tsmm_smem + {spec.c_shared_bytes} + slot * {spec.stage_bytes}); }};",
     ]
-    copy_a, offset_a = _staging(spec, e, "a", p.m)
+    offset_a = "a_shift" if spec.bulk else _staging(spec, e, "a", p.m)[1]
     consume = [
         f"const {e}* sa = slot_a(slot) + {offset_a};",
+        *([f"{e}* sout = slot_out(step);"] if spec.bulk else []),
         f"if (rows == {spec.rows_per_chunk}) {{",
         f"  // Full chunk: {passes} passes of the block's row tiles.",
         f"  for (int pass = 0; pass < {passes}; ++pass) {{",
@@ -775,10 +816,26 @@ def _emit_ab(spec: KernelSpec) -> str:
     ]
     if spec.config.stage_out:
         body += [
-            f"{e}* sout = reinterpret_cast<{e}*>(tsmm_smem + {spec.shared_bytes - spec.out_stage_bytes});",
+            *([f"auto slot_out = [&](long long step) {{ return reinterpret_cast<{e}*>("
+               f"tsmm_smem + {spec.out_stage_offset} + (step & 1) * {spec.out_stage_bytes}); }};"] if spec.bulk else
+              [f"{e}* sout = reinterpret_cast<{e}*>(tsmm_smem + {spec.out_stage_offset});"]),
             "// Chunks start a whole number of vectors into out: one shift serves them all.",
             "const int out_shift = tsmm_misalignment(out);",
         ]
+    if spec.bulk:
+        finish = [
+            "// Staged output, bulk: once every consumer thread has fenced its tiles and passed",
+            "// the barrier, one thread stores the chunk's span with one bulk copy, which",
+            "// overlaps the next chunk (written into the other buffer).",
+            "tsmm_fence_shared_for_bulk();",
+            "if (tid == 0) tsmm_bulk_store_wait<false>();  // the other buffer's store has read it",
+            f"tsmm_consumer_barrier({spec.consumer_threads});",
+            f"if (tid == 0) tsmm_bulk_store(out + row0 * {p.n}, sout + out_shift, rows * {p.n});",
+        ]
+        drain = ["if (tid == 0) tsmm_bulk_store_wait<true>();  // the last stores have landed"]
+        body += [""] + _bulk_pipeline(spec, consume, finish, drain)
+        return _kernels(spec, [(spec.name, spec.threads, body)])
+    if spec.config.stage_out:
         copy_out = f"tsmm_copy_out<{spec.threads}>(out + row0 * {p.n}, {{}}, sout, out_shift, rows * {p.n}, {{}});"
         no_y = f"static_cast<const {e}*>(nullptr)"
         consume += [
@@ -797,7 +854,7 @@ def _emit_ab(spec: KernelSpec) -> str:
             ]
         else:
             consume += [copy_out.format(no_y, f"[]({e} value, {e}) {{ return value; }}")]
-    body += [""] + _pipeline(spec, [copy_a], consume)
+    body += [""] + _pipeline(spec, [_staging(spec, e, "a", p.m)[0]], consume)
     return _kernels(spec, [(spec.name, spec.threads, body)])
 
 
@@ -946,10 +1003,23 @@ def _ab_mma_tiles(spec: KernelSpec, ar: _Arith):
             *(["const bool y_pairs = tsmm_misalignment(y) == 0;"] if p.update and not c.stage_out else []),
         ]
 
+    spacing = spec.row_spacing
+    if spacing > 1:
+        setup += [
+            f"// Bulk-staged rows are unpadded: slab z = row_group * {tm} + i of a pass takes 8 rows",
+            f"// {spacing} apart, {8 * spacing} * (z / {spacing}) + z % {spacing} + {spacing} * frag_row, so a fragment's rows",
+            "// hit distinct banks; the pass's slabs still cover its rows once.",
+            *[f"const int slab_row{i} = {8 * spacing} * ((row_group * {tm} + {i}) / {spacing}) + "
+              f"(row_group * {tm} + {i}) % {spacing} + {spacing} * frag_row;" for i in range(tm)],
+        ]
+
+    def slab_row(i: int) -> str:
+        return f"slab + {i * 8} + frag_row" if spacing == 1 else f"base + slab_row{i}"
+
     def tile_pass(guard_rows: bool) -> list[str]:
         tiles = []
         for i in range(tm):
-            row = f"slab + {i * 8} + frag_row"
+            row = slab_row(i)
             for j in range(tn):
                 for h in range(1 if pairs else 2):
                     guards = [g for g in (f"{row} < rows" if guard_rows else None,
@@ -958,7 +1028,7 @@ def _ab_mma_tiles(spec: KernelSpec, ar: _Arith):
                     tiles.append((accs, row, f"out_col{j}_{h}", " && ".join(guards) or None))
         prefetch, stores = _ab_store(spec, ar, tiles)
         lines = [
-            f"const int slab = base + row_group * {8 * tm};",
+            *([f"const int slab = base + row_group * {8 * tm};"] if spacing == 1 else []),
             *[f"double acc_{i}_{j}_{h} = 0;" for i in range(tm) for j in range(tn) for h in range(2)],
             *prefetch,
             f"// {k_steps} steps of 4 along the inner index, one DMMA per 8x8 block each; A's",
@@ -968,7 +1038,7 @@ def _ab_mma_tiles(spec: KernelSpec, ar: _Arith):
             inside = f"frag_k < {p.m - ks * 4} ? " if ks * 4 + 4 > p.m else ""
             lines += [
                 "{",
-                *[f"  const double a{i} = {inside}sa[(slab + {i * 8} + frag_row) * {stride} + {ks * 4} + frag_k]{' : 0.0' if inside else ''};"
+                *[f"  const double a{i} = {inside}sa[({slab_row(i)}) * {stride} + {ks * 4} + frag_k]{' : 0.0' if inside else ''};"
                   for i in range(tm)],
                 *["  " + line for line in dmma_products(tm, tn, lambda i, j: f"acc_{i}_{j}", lambda i: f"a{i}",
                                                          lambda j, ks=ks: f"c_{ks}_{j}")],

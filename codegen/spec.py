@@ -106,14 +106,16 @@ class Config:
     stage_copy       how staged rows of A (and B) move: "vector", 16-byte copies
                      where alignment allows; "element", one copy per element (a
                      simpler loop, for kernels bound by their arithmetic rather
-                     than by memory); "bulk" (float64 DMMA atb, sm_90), a producer
+                     than by memory); "bulk" (float64 DMMA, sm_90), a producer
                      warp moves each stage with Hopper's bulk copies (TMA,
                      cp.async.bulk) that count down a transaction barrier per
                      slot, so the consumer warps issue no copies and never wait
                      for each other (no block-wide barrier per stage). Their
                      rows are staged unpadded where a DMMA step can take its
-                     4 rows s apart (see bulk_layout) and the fragments still
-                     hit distinct banks.
+                     rows s apart (see bulk_layout) and the fragments still
+                     hit distinct banks. ab's staged output then leaves the
+                     same way, one bulk store per chunk from two buffers in
+                     turn, so the store of one chunk overlaps the next.
     m_panels         atb only: the M rows of the result are split into this many
                      panels, one per blockIdx.y, when one block's registers
                      cannot hold all of them (each panel streams A and B again).
@@ -188,9 +190,16 @@ class KernelSpec:
         return self.config.stage_copy == "bulk"
 
     @property
+    def layout(self) -> tuple[int, int, int] | None:
+        """bulk_layout of the staged operands: A and B (atb), A alone (ab)."""
+        p = self.problem
+        return bulk_layout(p.m, p.n if p.op == "atb" else p.m)
+
+    @property
     def row_spacing(self) -> int:
-        """Rows between the 4 rows of one DMMA k-step (1: consecutive rows)."""
-        return bulk_layout(self.problem.m, self.problem.n)[0] if self.bulk else 1
+        """Rows between the rows one DMMA fragment takes from a stage (1: consecutive
+        rows): atb's 4 rows of a k-step, ab's 8 rows of a slab."""
+        return self.layout[0] if self.bulk else 1
 
     @property
     def rows_per_pass(self) -> int:
@@ -216,7 +225,7 @@ class KernelSpec:
         request in its own bank (see dmma_stride, dmma_float_stride)."""
         p = self.problem
         if self.bulk:
-            _, stride_m, stride_n = bulk_layout(p.m, p.n)
+            _, stride_m, stride_n = self.layout
             return stride_m if width == p.m else stride_n
         if self.config.mma:
             return dmma_stride(width) if p.real_type == "double" else dmma_float_stride(width, p.op)
@@ -258,21 +267,33 @@ class KernelSpec:
         return (_round_up(self.config.rows_per_stage * p.n, p.vector_elements) + p.vector_elements) * p.element_bytes
 
     @property
+    def out_buffers(self) -> int:
+        """ab with stage_out: chunks of out staged at once (bulk stores: one leaves
+        while the next is computed)."""
+        return 2 if self.bulk else 1
+
+    @property
     def reduction_bytes(self) -> int:
         p = self.problem
         return (self.config.row_groups - 1) * self.panel_m * p.n * p.element_bytes if p.op == "atb" else 0
 
     @property
+    def out_stage_offset(self) -> int:
+        """ab: bytes before the staged chunks of out (C's copy, the ring)."""
+        return self.c_shared_bytes + self.config.stages * self.stage_bytes
+
+    @property
     def barrier_offset(self) -> int:
-        """Bytes before the bulk pipeline's barriers: the ring (or the reduction
-        that reuses it), which the barriers must outlive."""
-        return _round_up(max(self.config.stages * self.stage_bytes, self.reduction_bytes), VECTOR_BYTES)
+        """Bytes before the bulk pipeline's barriers, which must outlive everything
+        else: the ring (or atb's reduction that reuses it), ab's chunks of out."""
+        ring = max(self.config.stages * self.stage_bytes, self.reduction_bytes)
+        return _round_up(ring + self.c_shared_bytes + self.out_buffers * self.out_stage_bytes, VECTOR_BYTES)
 
     @property
     def shared_bytes(self) -> int:
         """Dynamic shared memory: the stage ring (reused for atb's block-local
         reduction once the ring is drained) plus ab's copy of C and chunk of out,
-        or the bulk pipeline's two 8-byte barriers per slot."""
+        and the bulk pipeline's two 8-byte barriers per slot."""
         if self.bulk:
             return self.barrier_offset + 2 * 8 * self.config.stages
         ring = self.config.stages * self.stage_bytes
@@ -343,6 +364,16 @@ def _round_up(x: int, y: int) -> int:
     return _ceil_div(x, y) * y
 
 
+def _bulk_fits(spec: KernelSpec) -> bool:
+    p, c = spec.problem, spec.config
+    if not (c.mma and p.dtype == "float64" and spec.layout):
+        return False
+    if p.op == "atb":
+        return True
+    spacing, stride, _ = spec.layout
+    return c.stage_out and not p.update and stride == p.m and c.row_groups * c.tile_m % spacing == 0
+
+
 def validate(spec: KernelSpec) -> None:
     """Raise InvalidSpec unless ``spec`` generates correct code within the hardware limits."""
     p, c = spec.problem, spec.config
@@ -370,8 +401,10 @@ def validate(spec: KernelSpec) -> None:
     if not 1 <= c.m_panels <= (p.m if p.op == "atb" else 1):
         errors.append(f"m_panels {c.m_panels} must lie in 1..M for atb and be 1 for ab")
         raise InvalidSpec(f"{spec.name}: " + "; ".join(errors))
-    if c.stage_copy == "bulk" and not (c.mma and p.op == "atb" and p.dtype == "float64" and bulk_layout(p.m, p.n)):
-        errors.append("bulk stage copies serve float64 DMMA atb whose widths are both odd or both even")
+    if c.stage_copy == "bulk" and not _bulk_fits(spec):
+        errors.append("bulk stage copies serve float64 DMMA: atb whose widths are both odd or both even; ab "
+                      "with staged output and no update whose A rows need no padding (M not a multiple of 8) "
+                      "and whose passes hold whole groups of 8 x row spacing rows")
         raise InvalidSpec(f"{spec.name}: " + "; ".join(errors))
     if c.mma and (p.dtype not in MMA_DTYPES or c.m_panels != 1 or (p.op == "ab" and c.c_source != "global")):
         errors.append(f"mma (DMMA) serves {' and '.join(MMA_DTYPES)} without panels, for ab with C from global memory")

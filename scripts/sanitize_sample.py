@@ -63,6 +63,23 @@ for (m, n), config in BULK_CASES:
     print(f"atb float64 {m}x{n} K=1001 ({config.stage_copy}): relative error {err:.1e}", flush=True)
     assert err < 1e-12, err
 
+# ab with bulk copies in and bulk stores out (two buffers of out in turn), A's rows
+# read 4 apart and 2 apart; out's batch items start off a 16-byte boundary.
+BULK_AB_CASES = [
+    ((33, 33), Config(tile_m=2, tile_n=2, mapping="blocked", row_groups=2, rows_per_stage=64, c_source="global",
+                      mma=True, stage_out=True, stage_copy="bulk", blocks_per_sm=1)),
+    ((50, 7), Config(tile_m=2, tile_n=1, mapping="blocked", row_groups=1, rows_per_stage=32, c_source="global",
+                     mma=True, stage_out=True, stage_copy="bulk")),
+]
+for (m, n), config in BULK_AB_CASES:
+    a, c = random((2, 1001, m), "float64"), random((1, m, n), "float64")
+    with _dispatch.forced(KernelSpec(Problem("ab", "float64", m, n), config)):
+        got = jax_tsmm.ab(a, c)
+    want = a @ c
+    err = np.abs(np.asarray(got) - want).max() / np.abs(want).max()
+    print(f"ab float64 {m}x{n} K=1001 ({config.stage_copy}): relative error {err:.1e}", flush=True)
+    assert err < 1e-12, err
+
 for (op, dtype), (m, n), k in CASES:
     with _dispatch.model_only():
         a = random((2, k, m), dtype)

@@ -48,6 +48,10 @@ def _sample_specs() -> list[KernelSpec]:
         (Problem("atb", "float64", 57, 57), Config(tile_m=4, tile_n=4, mapping="blocked", row_groups=3, rows_per_stage=48, stages=4, mma=True, stage_copy="bulk", blocks_per_sm=1)),
         (Problem("atb", "float64", 42, 42), Config(tile_m=2, tile_n=3, mapping="blocked", row_groups=2, rows_per_stage=32, stages=3, mma=True, stage_copy="bulk")),
         (Problem("atb", "float64", 64, 8), Config(tile_m=4, tile_n=1, mapping="blocked", row_groups=1, rows_per_stage=16, stages=2, mma=True, stage_copy="bulk")),
+        # ab with bulk copies in and bulk stores out: A's rows 4, 2 and 1 apart
+        (Problem("ab", "float64", 33, 7), Config(tile_m=2, tile_n=1, mapping="blocked", row_groups=2, rows_per_stage=64, c_source="global", mma=True, stage_out=True, stage_copy="bulk")),
+        (Problem("ab", "float64", 50, 50), Config(tile_m=2, tile_n=1, mapping="blocked", row_groups=1, rows_per_stage=32, c_source="global", mma=True, stage_out=True, stage_copy="bulk", blocks_per_sm=1)),
+        (Problem("ab", "float64", 20, 64), Config(tile_m=1, tile_n=2, mapping="blocked", row_groups=3, rows_per_stage=48, stages=4, c_source="global", mma=True, stage_out=True, stage_copy="bulk")),
     ]
     return specs + [KernelSpec(p, c) for p, c in variants]
 
@@ -151,6 +155,41 @@ def test_bulk_layout_fragments_take_distinct_banks(m, n):
         assert stride == width or (width % 2 == 0 and stride % 2 == 0)
     if m % 8 and n % 8:
         assert not spec.is_padded(m) and not spec.is_padded(n)
+
+
+@pytest.mark.parametrize("m", [17, 18, 20, 33, 50, 63])
+@pytest.mark.parametrize("tile_m, row_groups", [(1, 4), (2, 2), (4, 1), (2, 3)])
+def test_bulk_ab_slabs_cover_each_pass_once(m, tile_m, row_groups):
+    """Bulk-staged ab reads unpadded rows of A 8 to a slab, s apart: each pass's slabs
+    take each of its rows exactly once, a half warp's fragment (4 of those rows x 4
+    columns) touches 16 distinct bank pairs, and passes that would split a group of
+    8 s rows are rejected."""
+    problem = Problem("ab", "float64", m, 24)
+    config = Config(tile_m=tile_m, tile_n=1, mapping="blocked", row_groups=row_groups, rows_per_stage=8 * tile_m * row_groups,
+                    c_source="global", mma=True, stage_out=True, stage_copy="bulk")
+    spec = KernelSpec(problem, config)
+    s = spec.layout[0]
+    if tile_m * row_groups % s:
+        with pytest.raises(InvalidSpec, match="bulk"):
+            validate(spec)
+        return
+    validate(spec)
+    assert spec.smem_stride(m) == m and spec.row_spacing == s
+    rows = [8 * s * (z // s) + z % s + s * frag_row for z in range(tile_m * row_groups) for frag_row in range(8)]
+    assert sorted(rows) == list(range(spec.rows_per_pass))
+    assert len({(s * r * m + c) % 16 for r in range(4) for c in range(4)}) == 16
+
+
+def test_bulk_ab_needs_unpadded_rows_staged_output_and_no_update():
+    config = Config(tile_m=2, tile_n=1, mapping="blocked", row_groups=2, rows_per_stage=64, c_source="global",
+                    mma=True, stage_out=True, stage_copy="bulk")
+    validate(KernelSpec(Problem("ab", "float64", 33, 33), config))
+    for problem, changed in ((Problem("ab", "float64", 40, 33), config),
+                             (Problem("ab", "float64", 33, 33, update=True), config),
+                             (Problem("ab", "float64", 33, 33), dataclasses.replace(config, stage_out=False)),
+                             (Problem("ab", "float32", 33, 33), config)):
+        with pytest.raises(InvalidSpec, match="bulk"):
+            validate(KernelSpec(problem, changed))
 
 
 def test_bulk_candidates_only_where_the_gpu_and_the_widths_allow():

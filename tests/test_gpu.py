@@ -245,6 +245,24 @@ def test_bulk_stage_copies(m, n, k):
     assert np.array_equal(np.asarray(out), np.asarray(again))
 
 
+@pytest.mark.parametrize("m, n", [(33, 33), (17, 40), (34, 50), (36, 36), (63, 63), (20, 7), (58, 64)])
+@pytest.mark.parametrize("k", [1, 37, 100_003, 10**6 + 7])
+def test_bulk_stage_copies_ab(m, n, k):
+    """ab with Config.stage_copy = "bulk": A staged by a producer warp with bulk copies
+    (unpadded rows read 4, 2 or 1 apart), out leaving each chunk as one bulk store
+    from two buffers in turn, through many rounds of the ring, over batch items of
+    out and A that start off a 16-byte boundary, with a ragged last chunk."""
+    rng = np.random.default_rng()
+    problem = Problem("ab", "float64", m, n)
+    config = Config(tile_m=2, tile_n=min(2, -(-n // 8)), mapping="blocked", row_groups=2, rows_per_stage=64,
+                    c_source="global", mma=True, stage_out=True, stage_copy="bulk", blocks_per_sm=1)
+    spec = KernelSpec(problem, config)
+    a, c = operands(rng, "ab", "float64", k, m, n, (3,), (1,))
+    with _dispatch.forced(spec):
+        out = run("ab", a, c)
+    assert_close(out, a, c, op="ab", err_msg=spec.name)
+
+
 @pytest.mark.parametrize("k", [1, 31, 33, 1000, 10**6 + 7])
 @pytest.mark.parametrize("dtype", ["float64", "float32"])
 def test_tensor_core_path(dtype, k):
