@@ -4,16 +4,18 @@ pruning by hardware limits, occupancy and register reuse)."""
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 
 from .model import _split, default_config
-from .spec import MMA_DTYPES, Config, InvalidSpec, KernelSpec, Problem, bulk_layout, validate
+from .spec import MMA_DTYPES, Config, InvalidSpec, KernelSpec, Problem, validate
 
 SM_REGISTERS = 65536
 SM_SHARED_BYTES = 228 * 1024
 SM_THREADS = 2048
 STAGE_BYTES = (8 * 1024, 16 * 1024, 32 * 1024)
+WAVES = 8
 
 
 def _tile_widths(extent: int) -> list[int]:
@@ -54,11 +56,13 @@ def _has_bulk_copies(arch: str) -> bool:
 
 def _mma_candidates(problem: Problem, arch: str) -> dict[Config, float]:
     """DMMA configurations (float64, float32), scored like the rest with the tensor cores'
-    doubled rate counted as twice the reuse; float64 atb also with bulk stage copies
-    where the GPU has them."""
+    doubled rate counted as twice the reuse; float64 also with bulk stage copies where
+    the GPU has them (validate keeps the layouts that allow them), and ab's bulk ones
+    in one wave or in WAVES (the bulk stores leave the front of addresses to the
+    order in which the blocks start)."""
     found = {}
     atb = problem.op == "atb"
-    bulk = atb and problem.dtype == "float64" and _has_bulk_copies(arch) and bulk_layout(problem.m, problem.n) is not None
+    bulk = problem.dtype == "float64" and _has_bulk_copies(arch)
     probe = KernelSpec(problem, Config(tile_m=1, tile_n=1, mma=True, rows_per_stage=8, row_groups=1, c_source="global"))
     row_bytes = (probe.smem_stride(problem.m) + (probe.smem_stride(problem.n) if atb else 0)) * problem.element_bytes
     out_row_bytes = problem.n * problem.element_bytes
@@ -82,8 +86,11 @@ def _mma_candidates(problem: Problem, arch: str) -> dict[Config, float]:
             continue
         if 64 <= spec.threads and _occupancy_ok(spec):
             # Bulk copies first: on an H200 they beat vector copies of the same tile at
-            # float64 33..64 (2026-11-23: 83-92 % against 66-76 % of the read roofline).
+            # float64 atb 33..64 (2026-11-23: 83-92 % against 66-76 % of the read roofline)
+            # and at most widths of ab from 18 (85-92 % against 74-89 % of the copy roofline).
             found[config] = 2 * score(spec) * (1.25 if stage_copy == "bulk" else 1)
+            if stage_copy == "bulk" and not atb:
+                found[dataclasses.replace(config, waves=WAVES)] = found[config]
     return found
 
 
@@ -122,7 +129,7 @@ def candidates(problem: Problem, limit: int = 16, arch: str = "sm_90") -> list[C
     firsts, seconds, seen = [], [], set()
     for config in sorted(found, key=found.get, reverse=True):
         shape = (config.tile_m, config.tile_n, config.row_groups, config.rows_per_stage, config.stages,
-                 config.padded, config.mma, config.stage_out, config.stage_copy)
+                 config.padded, config.mma, config.stage_out, config.stage_copy, config.waves)
         (seconds if shape in seen else firsts).append(config)
         seen.add(shape)
     ranked = firsts + seconds

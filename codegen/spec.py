@@ -199,7 +199,7 @@ class KernelSpec:
     def row_spacing(self) -> int:
         """Rows between the rows one DMMA fragment takes from a stage (1: consecutive
         rows): atb's 4 rows of a k-step, ab's 8 rows of a slab."""
-        return self.layout[0] if self.bulk else 1
+        return self.layout[0] if self.bulk and self.layout else 1  # no layout: validate rejects the spec
 
     @property
     def rows_per_pass(self) -> int:
