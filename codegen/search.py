@@ -137,4 +137,17 @@ def candidates(problem: Problem, limit: int = 16, arch: str = "sm_90") -> list[C
         default = default_config(problem)
     except InvalidSpec:
         return ranked[:limit]
-    return [default] + [c for c in ranked if c != default][: limit - 1]
+    # The model's own tile with bulk copies next, where the GPU and the layout allow them.
+    firsts = [default]
+    with_bulk = dataclasses.replace(default, stage_copy="bulk")
+    if _has_bulk_copies(arch) and _valid(KernelSpec(problem, with_bulk)):
+        firsts.append(with_bulk)
+    return firsts + [c for c in ranked if c not in firsts][: limit - len(firsts)]
+
+
+def _valid(spec: KernelSpec) -> bool:
+    try:
+        validate(spec)
+        return True
+    except InvalidSpec:
+        return False
