@@ -56,13 +56,13 @@ def _has_bulk_copies(arch: str) -> bool:
 
 def _mma_candidates(problem: Problem, arch: str) -> dict[Config, float]:
     """DMMA configurations (float64, float32), scored like the rest with the tensor cores'
-    doubled rate counted as twice the reuse; float64 also with bulk stage copies where
-    the GPU has them (validate keeps the layouts that allow them), and ab's bulk ones
+    doubled rate counted as twice the reuse; also with bulk stage copies where the
+    GPU has them (validate keeps the layouts that allow them), and ab's bulk ones
     in one wave or in WAVES (the bulk stores leave the front of addresses to the
     order in which the blocks start)."""
     found = {}
     atb = problem.op == "atb"
-    bulk = problem.dtype == "float64" and _has_bulk_copies(arch)
+    bulk = _has_bulk_copies(arch)
     probe = KernelSpec(problem, Config(tile_m=1, tile_n=1, mma=True, rows_per_stage=8, row_groups=1, c_source="global"))
     row_bytes = (probe.smem_stride(problem.m) + (probe.smem_stride(problem.n) if atb else 0)) * problem.element_bytes
     out_row_bytes = problem.n * problem.element_bytes

@@ -106,7 +106,7 @@ class Config:
     stage_copy       how staged rows of A (and B) move: "vector", 16-byte copies
                      where alignment allows; "element", one copy per element (a
                      simpler loop, for kernels bound by their arithmetic rather
-                     than by memory); "bulk" (float64 DMMA, sm_90), a producer
+                     than by memory); "bulk" (DMMA, sm_90), a producer
                      warp moves each stage with Hopper's bulk copies (TMA,
                      cp.async.bulk) that count down a transaction barrier per
                      slot, so the consumer warps issue no copies and never wait
@@ -193,7 +193,7 @@ class KernelSpec:
     def layout(self) -> tuple[int, int, int] | None:
         """bulk_layout of the staged operands: A and B (atb), A alone (ab)."""
         p = self.problem
-        return bulk_layout(p.m, p.n if p.op == "atb" else p.m)
+        return bulk_layout(p.m, p.n if p.op == "atb" else p.m, p.element_bytes)
 
     @property
     def row_spacing(self) -> int:
@@ -328,20 +328,27 @@ def dmma_stride(width: int) -> int:
     return next(s for s in range(width, width + 16) if s % 16 in (4, 12))
 
 
-def bulk_layout(m: int, n: int) -> tuple[int, int, int] | None:
+def bulk_layout(m: int, n: int, element_bytes: int = 8) -> tuple[int, int, int] | None:
     """(row spacing s, stride of A's rows, stride of B's rows) for bulk-staged DMMA
-    atb, or None. A DMMA step takes rows r, r+s, r+2s, r+3s (the sum over rows
-    does not care which), so a fragment's 4 rows x 8 columns hit distinct bank
-    pairs when s * stride is 4 or 12 modulo 16 doubles. A stride equal to the
-    width stages a chunk as one contiguous span (one bulk copy); a wider one
-    stages it row by row, and must keep each row's 16-byte alignment (the same
-    parity as the width). Odd widths take s = 4 unpadded; even ones s = 1 or 2,
-    whichever pads less; an odd width beside an even one has no layout."""
+    rows of doubles or floats, or None. A DMMA step takes rows r, r+s, r+2s, r+3s
+    (the sum over rows does not care which), so a fragment's 4 rows x 8 columns
+    hit distinct banks when s * stride is a quarter or three quarters of the
+    elements that span the 32 banks (4 or 12 modulo 16 doubles, read by half
+    warps; 8 or 24 modulo 32 floats). A stride equal to the width stages a chunk
+    as one contiguous span (one bulk copy); a wider one stages it row by row, and
+    must keep each row's 16-byte alignment (congruent to the width modulo a
+    vector). Doubles: odd widths take s = 4 unpadded, even ones s = 1 or 2,
+    whichever pads less. Floats: odd widths s = 8, 2 mod 4 s = 4, 4 mod 8 s = 2,
+    8 mod 16 s = 1. Widths whose spacings differ (an odd beside an even one) have
+    no layout."""
+    period = 128 // element_bytes
+    quarters = (period // 4, 3 * period // 4)
+    vector = 16 // element_bytes
     best = None
-    for s in (1, 2, 4):
+    for s in (1, 2, 4, 8):
         strides = []
         for width in (m, n):
-            fits = [p for p in range(width, width + 16, 2) if s * p % 16 in (4, 12)]
+            fits = [p for p in range(width, width + period, vector) if s * p % period in quarters]
             strides.append(fits[0] if fits else None)
         if None not in strides and (best is None or sum(strides) < sum(best[1:])):
             best = (s, *strides)
@@ -366,10 +373,12 @@ def _round_up(x: int, y: int) -> int:
 
 def _bulk_fits(spec: KernelSpec) -> bool:
     p, c = spec.problem, spec.config
-    if not (c.mma and p.dtype == "float64" and spec.layout):
+    if not (c.mma and p.dtype in MMA_DTYPES and spec.layout):
         return False
     if p.op == "atb":
         return True
+    if p.dtype != "float64":
+        return False
     spacing, stride, _ = spec.layout
     return c.stage_out and not p.update and stride == p.m and c.row_groups * c.tile_m % spacing == 0
 
@@ -402,9 +411,10 @@ def validate(spec: KernelSpec) -> None:
         errors.append(f"m_panels {c.m_panels} must lie in 1..M for atb and be 1 for ab")
         raise InvalidSpec(f"{spec.name}: " + "; ".join(errors))
     if c.stage_copy == "bulk" and not _bulk_fits(spec):
-        errors.append("bulk stage copies serve float64 DMMA: atb whose widths are both odd or both even; ab "
-                      "with staged output and no update whose A rows need no padding (M not a multiple of 8) "
-                      "and whose passes hold whole groups of 8 x row spacing rows")
+        errors.append("bulk stage copies serve DMMA atb (float64, float32) whose widths share a row spacing "
+                      "(bulk_layout: not an odd width beside an even one), and float64 DMMA ab with staged "
+                      "output and no update whose A rows need no padding (M not a multiple of 8) and whose "
+                      "passes hold whole groups of 8 x row spacing rows")
         raise InvalidSpec(f"{spec.name}: " + "; ".join(errors))
     if c.mma and (p.dtype not in MMA_DTYPES or c.m_panels != 1 or (p.op == "ab" and c.c_source != "global")):
         errors.append(f"mma (DMMA) serves {' and '.join(MMA_DTYPES)} without panels, for ab with C from global memory")

@@ -45,23 +45,26 @@ CASES = list(zip(
     (("ab_update", "complex64"), (20, 11), 1001),  # real view of y too
 ]
 # Bulk stage copies (a producer warp, transaction barriers), which the model never
-# picks: one span of rows taken 4 apart, 2 apart, and padded rows copied one by one.
+# picks: one span of rows taken 4 apart, 2 apart, and padded rows copied one by one;
+# floats 8 apart.
 BULK_CASES = [
-    ((57, 57), Config(tile_m=4, tile_n=4, mapping="blocked", row_groups=3, rows_per_stage=48, stages=3,
-                      unroll=2, mma=True, stage_copy="bulk", blocks_per_sm=1)),
-    ((42, 42), Config(tile_m=3, tile_n=3, mapping="blocked", row_groups=2, rows_per_stage=32, stages=2,
-                      unroll=2, mma=True, stage_copy="bulk")),
-    ((64, 8), Config(tile_m=4, tile_n=1, mapping="blocked", row_groups=1, rows_per_stage=16, stages=2,
-                     mma=True, stage_copy="bulk")),
+    ((57, 57), "float64", Config(tile_m=4, tile_n=4, mapping="blocked", row_groups=3, rows_per_stage=48, stages=3,
+                                 unroll=2, mma=True, stage_copy="bulk", blocks_per_sm=1)),
+    ((42, 42), "float64", Config(tile_m=3, tile_n=3, mapping="blocked", row_groups=2, rows_per_stage=32, stages=2,
+                                 unroll=2, mma=True, stage_copy="bulk")),
+    ((64, 8), "float64", Config(tile_m=4, tile_n=1, mapping="blocked", row_groups=1, rows_per_stage=16, stages=2,
+                                mma=True, stage_copy="bulk")),
+    ((33, 33), "float32", Config(tile_m=2, tile_n=3, mapping="blocked", row_groups=2, rows_per_stage=64, stages=3,
+                                 unroll=2, mma=True, stage_copy="bulk")),
 ]
-for (m, n), config in BULK_CASES:
-    a, b = random((2, 1001, m), "float64"), random((1, 1001, n), "float64")
-    with _dispatch.forced(KernelSpec(Problem("atb", "float64", m, n), config)):
+for (m, n), dtype, config in BULK_CASES:
+    a, b = random((2, 1001, m), dtype), random((1, 1001, n), dtype)
+    with _dispatch.forced(KernelSpec(Problem("atb", dtype, m, n), config)):
         got = jax_tsmm.atb(a, b)
     want = a.swapaxes(-1, -2) @ b
     err = np.abs(np.asarray(got) - want).max() / np.abs(want).max()
-    print(f"atb float64 {m}x{n} K=1001 ({config.stage_copy}): relative error {err:.1e}", flush=True)
-    assert err < 1e-12, err
+    print(f"atb {dtype} {m}x{n} K=1001 ({config.stage_copy}): relative error {err:.1e}", flush=True)
+    assert err < (1e-12 if dtype == "float64" else 1e-4), err
 
 # ab with bulk copies in and bulk stores out (two buffers of out in turn), A's rows
 # read 4 apart and 2 apart; out's batch items start off a 16-byte boundary.

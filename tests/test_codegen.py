@@ -48,6 +48,10 @@ def _sample_specs() -> list[KernelSpec]:
         (Problem("atb", "float64", 57, 57), Config(tile_m=4, tile_n=4, mapping="blocked", row_groups=3, rows_per_stage=48, stages=4, mma=True, stage_copy="bulk", blocks_per_sm=1)),
         (Problem("atb", "float64", 42, 42), Config(tile_m=2, tile_n=3, mapping="blocked", row_groups=2, rows_per_stage=32, stages=3, mma=True, stage_copy="bulk")),
         (Problem("atb", "float64", 64, 8), Config(tile_m=4, tile_n=1, mapping="blocked", row_groups=1, rows_per_stage=16, stages=2, mma=True, stage_copy="bulk")),
+        # ... float32: rows 8 apart (odd), 4 apart (42), padded rows (64 x 8)
+        (Problem("atb", "float32", 57, 57), Config(tile_m=4, tile_n=4, mapping="blocked", row_groups=2, rows_per_stage=64, stages=4, mma=True, stage_copy="bulk", blocks_per_sm=1)),
+        (Problem("atb", "float32", 42, 42), Config(tile_m=2, tile_n=3, mapping="blocked", row_groups=2, rows_per_stage=64, stages=3, mma=True, stage_copy="bulk")),
+        (Problem("atb", "float32", 64, 8), Config(tile_m=4, tile_n=1, mapping="blocked", row_groups=1, rows_per_stage=16, stages=2, mma=True, stage_copy="bulk")),
         # ab with bulk copies in and bulk stores out: A's rows 4, 2 and 1 apart
         (Problem("ab", "float64", 33, 7), Config(tile_m=2, tile_n=1, mapping="blocked", row_groups=2, rows_per_stage=64, c_source="global", mma=True, stage_out=True, stage_copy="bulk")),
         (Problem("ab", "float64", 50, 50), Config(tile_m=2, tile_n=1, mapping="blocked", row_groups=1, rows_per_stage=32, c_source="global", mma=True, stage_out=True, stage_copy="bulk", blocks_per_sm=1)),
@@ -134,16 +138,21 @@ def test_staged_float_fragments_take_one_bank_per_lane(op, width):
     assert len({(r * stride + c) % 32 for r in range(rows) for c in range(cols)}) == 32
 
 
-@pytest.mark.parametrize("m, n", [(w, w) for w in range(1, 65)] + [(3, 7), (64, 8), (2, 32), (13, 48)])
-def test_bulk_layout_fragments_take_distinct_banks(m, n):
-    """Bulk-staged DMMA rows: a half warp's fragment read (4 rows s apart x 4 columns
-    of doubles) touches 16 distinct 8-byte bank pairs in each operand; unpadded rows
-    where the widths allow; padded rows keep each row's 16-byte alignment; and an odd
-    width beside an even one is rejected."""
+@pytest.mark.parametrize("m, n", [(w, w) for w in range(1, 65)] + [(3, 7), (64, 8), (2, 32), (13, 48), (6, 10), (12, 20)])
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_bulk_layout_fragments_take_distinct_banks(dtype, m, n):
+    """Bulk-staged DMMA rows: a fragment read (4 rows s apart x 8 columns; doubles by
+    half warps, 4 columns each) touches distinct banks in each operand; unpadded
+    rows where the widths allow; padded rows keep each row's 16-byte alignment; and
+    widths that need different spacings are rejected."""
     config = Config(tile_m=min(4, -(-m // 8)), tile_n=min(4, -(-n // 8)), mma=True, stage_copy="bulk",
-                    row_groups=1, rows_per_stage=16)
-    spec = KernelSpec(Problem("atb", "float64", m, n), config)
-    if (m - n) % 2:
+                    row_groups=1, rows_per_stage=64)
+    spec = KernelSpec(Problem("atb", dtype, m, n), config)
+    vector = 2 if dtype == "float64" else 4
+    # The spacings a width allows follow from its factors of 2 (rows' alignment is kept):
+    # doubles odd / even, floats odd / 2 mod 4 / 0 mod 4.
+    classes = [min((width & -width).bit_length() - 1, 1 if dtype == "float64" else 2) for width in (m, n)]
+    if classes[0] != classes[1]:
         with pytest.raises(InvalidSpec, match="bulk"):
             validate(spec)
         return
@@ -151,9 +160,12 @@ def test_bulk_layout_fragments_take_distinct_banks(m, n):
     s = spec.row_spacing
     for width in (m, n):
         stride = spec.smem_stride(width)
-        assert len({(s * k * stride + c) % 16 for k in range(4) for c in range(4)}) == 16
-        assert stride == width or (width % 2 == 0 and stride % 2 == 0)
-    if m % 8 and n % 8:
+        if dtype == "float64":
+            assert len({(s * k * stride + c) % 16 for k in range(4) for c in range(4)}) == 16
+        else:
+            assert len({(s * k * stride + c) % 32 for k in range(4) for c in range(8)}) == 32
+        assert stride % vector == width % vector
+    if all(width % (8 if dtype == "float64" else 16) for width in (m, n)):
         assert not spec.is_padded(m) and not spec.is_padded(n)
 
 

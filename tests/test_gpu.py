@@ -224,20 +224,21 @@ def test_element_stage_copies(op, dtype, m, n):
 
 @pytest.mark.parametrize("m, n", [(57, 57), (64, 64), (33, 33), (36, 36), (42, 42), (3, 7), (64, 8)])
 @pytest.mark.parametrize("k", [1, 37, 100_003, 10**6 + 7])
-def test_bulk_stage_copies(m, n, k):
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_bulk_stage_copies(dtype, m, n, k):
     """Config.stage_copy = "bulk": a producer warp stages each chunk with bulk copies
-    (one span of unpadded rows taken 4 or 2 apart, or padded rows one by one) on
-    transaction barriers, through many rounds of the ring, over batch items that start
-    off a 16-byte boundary where K * M is odd, with a ragged last chunk; and the
-    same bits on every run."""
+    (one span of unpadded rows taken 8, 4, 2 or 1 apart, or padded rows one by one)
+    on transaction barriers, through many rounds of the ring, over batch items that
+    start off a 16-byte boundary where K * M is not a multiple of a vector, with a
+    ragged last chunk; and the same bits on every run."""
     rng = np.random.default_rng()
-    problem = Problem("atb", "float64", m, n)
+    problem = Problem("atb", dtype, m, n)
     probe = KernelSpec(problem, Config(mma=True, stage_copy="bulk", row_groups=2, rows_per_stage=64))
     config = Config(tile_m=min(2, -(-m // 8)), tile_n=min(4, -(-n // 8)), mapping="blocked", row_groups=2,
                     rows_per_stage=2 * probe.rows_per_pass, stages=3, unroll=2, mma=True, stage_copy="bulk",
                     blocks_per_sm=1)
     spec = KernelSpec(problem, config)
-    a, b = operands(rng, "atb", "float64", k, m, n, (3,), (3,))
+    a, b = operands(rng, "atb", dtype, k, m, n, (3,), (3,))
     with _dispatch.forced(spec):
         out = run("atb", a, b)
         again = run("atb", a, b)
