@@ -58,8 +58,7 @@ def _mma_candidates(problem: Problem, arch: str) -> dict[Config, float]:
     """DMMA configurations (float64, float32), scored like the rest with the tensor cores'
     doubled rate counted as twice the reuse; also with bulk stage copies where the
     GPU has them (validate keeps the layouts that allow them), and ab's bulk ones
-    in one wave or in WAVES (the bulk stores leave the front of addresses to the
-    order in which the blocks start)."""
+    also in WAVES waves of blocks (a launch parameter the measurement decides)."""
     found = {}
     atb = problem.op == "atb"
     bulk = _has_bulk_copies(arch)
@@ -80,11 +79,7 @@ def _mma_candidates(problem: Problem, arch: str) -> dict[Config, float]:
                         c_source="shared" if atb else "global", stage_out=stage_out, stage_copy=stage_copy,
                         blocks_per_sm=blocks)
         spec = KernelSpec(problem, config)
-        try:
-            validate(spec)
-        except InvalidSpec:
-            continue
-        if 64 <= spec.threads and _occupancy_ok(spec):
+        if _valid(spec) and 64 <= spec.threads and _occupancy_ok(spec):
             # Bulk copies first: on an H200 they beat vector copies of the same tile at
             # float64 atb 33..64 (2026-11-23: 83-92 % against 66-76 % of the read roofline)
             # and at most widths of ab from 18 (85-92 % against 74-89 % of the copy roofline).
@@ -116,11 +111,7 @@ def candidates(problem: Problem, limit: int = 16, arch: str = "sm_90") -> list[C
         spec = KernelSpec(problem, config)
         if not 64 <= spec.threads <= 1024:
             continue
-        try:
-            validate(spec)
-        except InvalidSpec:
-            continue
-        if _occupancy_ok(spec):
+        if _valid(spec) and _occupancy_ok(spec):
             found[config] = score(spec)
     if problem.dtype in MMA_DTYPES:
         found.update(_mma_candidates(problem, arch))
