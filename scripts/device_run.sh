@@ -5,7 +5,8 @@
 #   scripts/device_run.sh tests sanitize "bench --dtypes float64 --widths 1-64"
 #
 # Steps: tests [ARGS] (pytest -m gpu), suite (the whole pytest suite on the GPU),
-# sanitize (compute-sanitizer on a kernel sample), bench ARGS (repeatable),
+# sanitize (compute-sanitizer on a kernel sample), probe (scripts/probe_bandwidth.py:
+# the DRAM bandwidth of streaming access patterns, timed per launch), bench ARGS (repeatable),
 # compare ARGS (repeatable; scripts/compare_configs.py), tune ARGS, profile SHAPES
 # and profile_xla SHAPES (Nsight Compute; scripts/profile_kernels.py), durations
 # SHAPES (each of our kernels' time on the GPU alone, by Nsight Compute).
@@ -36,6 +37,7 @@ for item in "$@"; do
       eval "step tests python3 -m pytest -m gpu -q --maxfail=25 -p no:cacheprovider --junitxml=$OUT/tests.xml $args" ;;
     suite) step suite python3 -m pytest -q -p no:cacheprovider ;;
     sanitize) step sanitize scripts/sanitize.sh ;;
+    probe) step probe python3 scripts/probe_bandwidth.py --json "$OUT/probe.json" ;;
     bench)  # bench, bench2, ...: one JSON, Markdown and PNG each
       benches=$((benches + 1)); [ $benches -gt 1 ] && name=bench$benches
       step $name python3 -m jax_tsmm.bench $args --json "$OUT/$name.json" --plot "$OUT/$name.png" ;;

@@ -18,7 +18,8 @@ import jax.numpy as jnp
 import pytest
 
 import jax_tsmm
-from jax_tsmm import _kernels
+from jax_tsmm import _dispatch, _kernels
+from jax_tsmm.codegen import KernelSpec, Problem, default_config
 
 pytestmark = [
     pytest.mark.skipif(_kernels.extension() is None, reason="package built without CUDA"),
@@ -54,6 +55,22 @@ def test_atb_partials_are_a_second_result():
     hlo = cuda_hlo(jax_tsmm.atb, jnp.ones((100_000, 7)), jnp.ones((100_000, 9)))
     assert "@tsmm_atb" in hlo and "grid_k = " in hlo
     assert re.search(r"-> \(tensor<7x9xf64>, tensor<[1-9][0-9]*xf64>\)", hlo)
+
+
+def test_waves_multiply_the_launch_grid():
+    """Config.waves, a launch parameter (the same kernel): the grid holds that many
+    times the resident blocks, and never more blocks than chunks of K."""
+    problem = Problem("ab", "float64", 20, 20)
+    base = default_config(problem)
+    grids = []
+    for waves, k in ((1, 10**6), (8, 10**6), (8, 1000)):
+        spec = KernelSpec(problem, dataclasses.replace(base, waves=waves))
+        jax.clear_caches()  # the same shapes lowered again, with the forced kernel
+        with _dispatch.forced(spec):
+            hlo = cuda_hlo(jax_tsmm.ab, jnp.ones((k, 20)), jnp.ones((20, 20)))
+        grids.append(int(re.search(r"grid_k = (\d+)", hlo).group(1)))
+    assert grids[1] == 8 * grids[0]
+    assert grids[2] == -(-1000 // spec.rows_per_chunk)
 
 
 def test_grad_lowers_to_both_kernels():
