@@ -86,8 +86,9 @@ def multiprocessors() -> int:
 
 def grid_k(spec, k: int, batch: int) -> int:
     """Blocks per batch item along K: enough to fill the GPU ``blocks_per_sm`` deep
-    ``waves`` times over, but no more than there are chunks of K. Fixed at lowering (with atb's partial
-    sums sized to match), so each call launches the same work."""
+    ``waves`` times over, but no more than there are chunks of K. Fixed at
+    lowering (with atb's partial sums sized to match), so each call launches the
+    same work."""
     wanted = math.ceil(multiprocessors() * spec.config.blocks_per_sm * spec.config.waves / batch)
     return max(1, min(wanted, math.ceil(k / spec.rows_per_chunk)))
 
