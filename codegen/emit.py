@@ -823,39 +823,50 @@ def _emit_ab(spec: KernelSpec) -> str:
             "const int out_shift = tsmm_misalignment(out);",
         ]
     if spec.bulk:
-        finish = [
-            "// Staged output, bulk: once every consumer thread has fenced its tiles and passed",
-            "// the barrier, one thread stores the chunk's span with one bulk copy, which",
-            "// overlaps the next chunk (written into the other buffer).",
-            "tsmm_fence_shared_for_bulk();",
-            "if (tid == 0) tsmm_bulk_store_wait<false>();  // the other buffer's store has read it",
-            f"tsmm_consumer_barrier({spec.consumer_threads});",
-            f"if (tid == 0) tsmm_bulk_store(out + row0 * {p.n}, sout + out_shift, rows * {p.n});",
-        ]
-        drain = ["if (tid == 0) tsmm_bulk_store_wait<true>();  // the last stores have landed"]
-        body += [""] + _bulk_pipeline(spec, consume, finish, drain)
-        return _kernels(spec, [(spec.name, spec.threads, body)])
-    if spec.config.stage_out:
-        copy_out = f"tsmm_copy_out<{spec.threads}>(out + row0 * {p.n}, {{}}, sout, out_shift, rows * {p.n}, {{}});"
-        no_y = f"static_cast<const {e}*>(nullptr)"
-        consume += [
-            "// Staged output: the chunk's rows of out are one contiguous span; once all tiles",
-            "// are in shared memory it leaves in whole 16-byte vectors (full sectors).",
-            "__syncthreads();",
-        ]
-        if p.update:  # the test of beta outside the loop keeps the stores whole vectors
-            consume += [
-                "if (read_y) {",
-                "  " + copy_out.format(f"y + row0 * {p.n}", f"[&]({e} acc, {e} y_value) {{ "
-                                       "return tsmm_add(tsmm_scale(args.alpha, acc), tsmm_scale(args.beta, y_value)); }"),
-                "} else {",
-                "  " + copy_out.format(no_y, f"[&]({e} acc, {e}) {{ return tsmm_scale(args.alpha, acc); }}"),
-                "}",
-            ]
-        else:
-            consume += [copy_out.format(no_y, f"[]({e} value, {e}) {{ return value; }}")]
-    body += [""] + _pipeline(spec, [_staging(spec, e, "a", p.m)[0]], consume)
+        body += [""] + _bulk_pipeline(spec, consume, *_ab_bulk_store(spec))
+    else:
+        if spec.config.stage_out:
+            consume += _ab_copy_out(spec, e)
+        body += [""] + _pipeline(spec, [_staging(spec, e, "a", p.m)[0]], consume)
     return _kernels(spec, [(spec.name, spec.threads, body)])
+
+
+def _ab_bulk_store(spec: KernelSpec) -> tuple[list[str], list[str]]:
+    """(finish, drain) of the bulk pipeline for ab: each chunk of out leaves as one
+    bulk store, and the last ones land before the block exits."""
+    finish = [
+        "// Staged output, bulk: once every consumer thread has fenced its tiles and passed",
+        "// the barrier, one thread stores the chunk's span with one bulk copy, which",
+        "// overlaps the next chunk (written into the other buffer).",
+        "tsmm_fence_shared_for_bulk();",
+        "if (tid == 0) tsmm_bulk_store_wait<false>();  // the other buffer's store has read it",
+        f"tsmm_consumer_barrier({spec.consumer_threads});",
+        f"if (tid == 0) tsmm_bulk_store(out + row0 * {spec.problem.n}, sout + out_shift, rows * {spec.problem.n});",
+    ]
+    return finish, ["if (tid == 0) tsmm_bulk_store_wait<true>();  // the last stores have landed"]
+
+
+def _ab_copy_out(spec: KernelSpec, e: str) -> list[str]:
+    """The end of a chunk with staged output: after a barrier, all threads copy the
+    chunk's span of out (applying the fused update, if any) in 16-byte vectors."""
+    p = spec.problem
+    copy_out = f"tsmm_copy_out<{spec.threads}>(out + row0 * {p.n}, {{}}, sout, out_shift, rows * {p.n}, {{}});"
+    no_y = f"static_cast<const {e}*>(nullptr)"
+    lines = [
+        "// Staged output: the chunk's rows of out are one contiguous span; once all tiles",
+        "// are in shared memory it leaves in whole 16-byte vectors (full sectors).",
+        "__syncthreads();",
+    ]
+    if not p.update:
+        return lines + [copy_out.format(no_y, f"[]({e} value, {e}) {{ return value; }}")]
+    return lines + [  # the test of beta outside the loop keeps the stores whole vectors
+        "if (read_y) {",
+        "  " + copy_out.format(f"y + row0 * {p.n}", f"[&]({e} acc, {e} y_value) {{ "
+                               "return tsmm_add(tsmm_scale(args.alpha, acc), tsmm_scale(args.beta, y_value)); }"),
+        "} else {",
+        "  " + copy_out.format(no_y, f"[&]({e} acc, {e}) {{ return tsmm_scale(args.alpha, acc); }}"),
+        "}",
+    ]
 
 
 def _ab_store(spec: KernelSpec, ar: _Arith, tiles: list[tuple[tuple[str, ...], str, str, str | None]]) -> tuple[list[str], list[str]]:
