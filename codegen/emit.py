@@ -230,18 +230,35 @@ __device__ __forceinline__ void tsmm_barrier_wait(unsigned long long* barrier, u
   } while (!done);
 }
 
-// Stage `count` elements from src to dst (dst and src equally misaligned modulo 16
-// bytes): the aligned middle as one bulk copy whose bytes `barrier` expects, the
-// ragged ends (at most one double each) by plain loads and stores, which the
-// caller's arrival on `barrier` publishes.
+// This thread's shared-memory accesses are ordered before later bulk (async-proxy) ones.
+__device__ __forceinline__ void tsmm_fence_shared_for_bulk() {
+  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+}
+
+// A span of `count` elements from src to dst, equally misaligned modulo 16 bytes,
+// moves as a middle of whole 16-byte vectors (one bulk copy) between two ragged
+// ends: this copies the ends with plain loads and stores and returns (head,
+// middle), the elements before the first 16-byte boundary of `global` (dst or
+// src, whichever lies in global memory) and the elements of the middle.
 template <typename T>
-__device__ __forceinline__ void tsmm_bulk_stage(T* dst, const T* src, int count, unsigned long long* barrier) {
-  const int head = min(count, static_cast<int>((16 - reinterpret_cast<unsigned long long>(src) % 16) % 16 / sizeof(T)));
+__device__ __forceinline__ int2 tsmm_bulk_ragged_ends(T* dst, const T* src, int count, const T* global) {
+  const int head = min(count, static_cast<int>((16 - reinterpret_cast<unsigned long long>(global) % 16) % 16 / sizeof(T)));
   const int middle = (count - head) * static_cast<int>(sizeof(T)) / 16 * 16 / static_cast<int>(sizeof(T));
   for (int e = 0; e < head; ++e) dst[e] = src[e];
   for (int e = head + middle; e < count; ++e) dst[e] = src[e];
+  return make_int2(head, middle);
+}
+
+// Stage `count` elements from src to dst (dst and src equally misaligned modulo 16
+// bytes): the aligned middle as one bulk copy whose bytes `barrier` expects, the
+// ragged ends (at most one vector's worth each) by plain loads and stores, which
+// the caller's arrival on `barrier` publishes.
+template <typename T>
+__device__ __forceinline__ void tsmm_bulk_stage(T* dst, const T* src, int count, unsigned long long* barrier) {
+  const int2 span = tsmm_bulk_ragged_ends(dst, src, count, src);
+  const int head = span.x, middle = span.y;
   // Order these generic-proxy stores before any later bulk (async-proxy) write to the slot.
-  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+  tsmm_fence_shared_for_bulk();
   if (middle > 0) {
     const unsigned bytes = middle * sizeof(T), bar = tsmm_shared_address(barrier);
     asm volatile("mbarrier.expect_tx.relaxed.cta.shared::cta.b64 [%0], %1;" :: "r"(bar), "r"(bytes) : "memory");
@@ -257,20 +274,14 @@ __device__ __forceinline__ void tsmm_bulk_stage(T* dst, const T* src, int count,
 // (tsmm_fence_shared_for_bulk) before a barrier that this thread passed.
 template <typename T>
 __device__ __forceinline__ void tsmm_bulk_store(T* dst, const T* src, int count) {
-  const int head = min(count, static_cast<int>((16 - reinterpret_cast<unsigned long long>(dst) % 16) % 16 / sizeof(T)));
-  const int middle = (count - head) * static_cast<int>(sizeof(T)) / 16 * 16 / static_cast<int>(sizeof(T));
-  for (int e = 0; e < head; ++e) dst[e] = src[e];
-  for (int e = head + middle; e < count; ++e) dst[e] = src[e];
+  const int2 span = tsmm_bulk_ragged_ends(dst, src, count, dst);
+  const int head = span.x, middle = span.y;
   if (middle > 0) {
     asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;"
                  :: "l"(dst + head), "r"(tsmm_shared_address(src + head)), "r"(middle * static_cast<unsigned>(sizeof(T)))
                  : "memory");
   }
   asm volatile("cp.async.bulk.commit_group;" ::: "memory");
-}
-// This thread's shared-memory writes become visible to later bulk (async-proxy) reads.
-__device__ __forceinline__ void tsmm_fence_shared_for_bulk() {
-  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
 }
 // Wait until this thread's bulk stores have read their source (kDone: also written
 // their destination), so the source may be overwritten (or the block may exit).
