@@ -500,13 +500,13 @@ def _bulk_pipeline(spec: KernelSpec, consume: list[str], finish: list[str] = (),
     operands = [("a", p.m), ("b", p.n)] if p.op == "atb" else [("a", p.m)]
 
     def stage(operand: str, width: int, lane: int) -> list[str]:
-        stride = spec.smem_stride(width)
-        if stride == width:  # unpadded: the chunk is one contiguous span
+        s, group = spec.row_spacing, spec.group_stride(width)
+        if group == s * width:  # no padding between groups: the chunk is one contiguous span
             return [f"if (lane == {lane}) tsmm_bulk_stage(slot_{operand}(slot) + {operand}_shift, "
                     f"{operand} + row0 * {width}, rows * {width}, &full[slot]);"]
-        return [f"for (int row = lane; row < rows; row += 32) {{  // padded rows: one bulk copy each",
-                f"  tsmm_bulk_stage(slot_{operand}(slot) + {operand}_shift + row * {stride}, "
-                f"{operand} + (row0 + row) * {width}, {width}, &full[slot]);",
+        return [f"for (int group = lane; group * {s} < rows; group += 32) {{  // padded groups: one bulk copy each",
+                f"  tsmm_bulk_stage(slot_{operand}(slot) + {operand}_shift + group * {group}, "
+                f"{operand} + (row0 + group * {s}) * {width}, min({s}, rows - group * {s}) * {width}, &full[slot]);",
                 "}"]
 
     chunk = _step_chunk(spec) + [f"const unsigned round = static_cast<unsigned>(step / {s});"]
@@ -646,16 +646,22 @@ def _atb_mma_body(spec: KernelSpec, ar: _Arith) -> tuple[list[str], list[tuple[s
     tm, tn = c.tile_m, c.tile_n
     warps_m, warps_n = spec.tiles_m, spec.tiles_n
     warps = warps_m * warps_n
-    sa_stride, sb_stride = spec.smem_stride(p.m), spec.smem_stride(p.n)
     s = spec.row_spacing
 
     def k_step(t: int) -> list[str]:
-        """DMMA k-step t of a row step: rows r + t + s * frag_k, one per lane quad."""
+        """DMMA k-step t of a row step: rows r + t + s * frag_k, one per lane quad, row t
+        of groups r / s + frag_k."""
         row = "r + frag_k" if s == 1 else f"r + {t} + {s} * frag_k"
+        group = "r + frag_k" if s == 1 else f"r / {s} + frag_k"
+
+        def at(width: int) -> str:
+            row_offset = t * spec.smem_stride(width)
+            return f"({group}) * {spec.group_stride(width)}" + (f" + {row_offset}" if row_offset else "")
+
         return [
             f"const bool inside = {row} < rows;",
-            *[f"const double a{i} = inside ? sa[({row}) * {sa_stride} + col_a{i}] : 0.0;" for i in range(tm)],
-            *[f"const double b{j} = inside ? sb[({row}) * {sb_stride} + col_b{j}] : 0.0;" for j in range(tn)],
+            *[f"const double a{i} = inside ? sa[{at(p.m)} + col_a{i}] : 0.0;" for i in range(tm)],
+            *[f"const double b{j} = inside ? sb[{at(p.n)} + col_b{j}] : 0.0;" for j in range(tn)],
             *dmma_products(tm, tn, lambda i, j: f"acc_{i}_{j}", lambda i: f"a{i}", lambda j: f"b{j}"),
         ]
 
@@ -683,8 +689,9 @@ def _atb_mma_body(spec: KernelSpec, ar: _Arith) -> tuple[list[str], list[tuple[s
         "",
         *_atb_slots(spec, e),
         "",
-        (f"// {4 * s} rows: {s} DMMA k-steps per 8x8 block, each taking 4 rows {s} apart (bank-conflict"
-         "-free unpadded rows);" if s > 1 else "// Four rows: one DMMA per 8x8 block;")
+        (f"// {4 * s} rows: {s} DMMA k-steps per 8x8 block, each taking 4 rows {s} apart, one from each of"
+         f" 4 groups of unpadded rows (groups {spec.group_stride(p.m)} and {spec.group_stride(p.n)} elements apart:"
+         " distinct banks);" if s > 1 else "// Four rows: one DMMA per 8x8 block;")
         + " rows past `rows` (the last chunk) count as zero.",
         *(["// float32 fragments are widened to double (exactly) as they leave shared memory."] if e == "float" else []),
         f"auto row_step = [&](const {e}* sa, const {e}* sb, int r, int rows) {{",
@@ -1025,18 +1032,25 @@ def _ab_mma_tiles(spec: KernelSpec, ar: _Arith):
             *(["const bool y_pairs = tsmm_misalignment(y) == 0;"] if p.update and not c.stage_out else []),
         ]
 
-    spacing = spec.row_spacing
+    spacing, group = spec.row_spacing, spec.group_stride(p.m)
     if spacing > 1:
         setup += [
-            f"// Bulk-staged rows are unpadded: slab z = row_group * {tm} + i of a pass takes 8 rows",
-            f"// {spacing} apart, {8 * spacing} * (z / {spacing}) + z % {spacing} + {spacing} * frag_row, so a fragment's rows",
-            "// hit distinct banks; the pass's slabs still cover its rows once.",
+            f"// Bulk-staged rows lie in unpadded groups of {spacing}, {group} elements apart: slab z =",
+            f"// row_group * {tm} + i of a pass takes 8 rows {spacing} apart, {8 * spacing} * (z / {spacing}) + z % {spacing} +",
+            f"// {spacing} * frag_row (row z % {spacing} of 8 neighbouring groups), so a fragment's rows hit distinct",
+            "// banks; the pass's slabs still cover its rows once.",
             *[f"const int slab_row{i} = {8 * spacing} * ((row_group * {tm} + {i}) / {spacing}) + "
               f"(row_group * {tm} + {i}) % {spacing} + {spacing} * frag_row;" for i in range(tm)],
+            *[f"const int slab_at{i} = (8 * ((row_group * {tm} + {i}) / {spacing}) + frag_row) * {group} + "
+              f"(row_group * {tm} + {i}) % {spacing} * {stride};" for i in range(tm)],
         ]
 
     def slab_row(i: int) -> str:
         return f"slab + {i * 8} + frag_row" if spacing == 1 else f"base + slab_row{i}"
+
+    def slab_at(i: int) -> str:
+        """Where the lane's row of slab i starts in the stage."""
+        return f"({slab_row(i)}) * {group}" if spacing == 1 else f"base / {spacing} * {group} + slab_at{i}"
 
     def tile_pass(guard_rows: bool) -> list[str]:
         tiles = []
@@ -1060,7 +1074,7 @@ def _ab_mma_tiles(spec: KernelSpec, ar: _Arith):
             inside = f"frag_k < {p.m - ks * 4} ? " if ks * 4 + 4 > p.m else ""
             lines += [
                 "{",
-                *[f"  const double a{i} = {inside}sa[({slab_row(i)}) * {stride} + {ks * 4} + frag_k]{' : 0.0' if inside else ''};"
+                *[f"  const double a{i} = {inside}sa[{slab_at(i)} + {ks * 4} + frag_k]{' : 0.0' if inside else ''};"
                   for i in range(tm)],
                 *["  " + line for line in dmma_products(tm, tn, lambda i, j: f"acc_{i}_{j}", lambda i: f"a{i}",
                                                          lambda j, ks=ks: f"c_{ks}_{j}")],

@@ -111,9 +111,10 @@ class Config:
                      cp.async.bulk) that count down a transaction barrier per
                      slot, so the consumer warps issue no copies and never wait
                      for each other (no block-wide barrier per stage). Their
-                     rows are staged unpadded where a DMMA step can take its
-                     rows s apart (see bulk_layout) and the fragments still
-                     hit distinct banks. ab's staged output then leaves the
+                     rows are staged in unpadded groups of s, one bulk copy a
+                     group, with padding between groups only where a DMMA step
+                     taking its rows s apart would hit a bank twice (see
+                     bulk_layout). ab's staged output then leaves the
                      same way, one bulk store per chunk from two buffers in
                      turn, so the store of one chunk overlaps the next.
     m_panels         atb only: the M rows of the result are split into this many
@@ -190,7 +191,7 @@ class KernelSpec:
         return self.config.stage_copy == "bulk"
 
     @property
-    def layout(self) -> tuple[int, int, int] | None:
+    def layout(self) -> tuple[int, int, int]:
         """bulk_layout of the staged operands: A and B (atb), A alone (ab)."""
         p = self.problem
         return bulk_layout(p.m, p.n if p.op == "atb" else p.m, p.element_bytes)
@@ -199,7 +200,7 @@ class KernelSpec:
     def row_spacing(self) -> int:
         """Rows between the rows one DMMA fragment takes from a stage (1: consecutive
         rows): atb's 4 rows of a k-step, ab's 8 rows of a slab."""
-        return self.layout[0] if self.bulk and self.layout else 1  # no layout: validate rejects the spec
+        return self.layout[0] if self.bulk else 1
 
     @property
     def rows_per_pass(self) -> int:
@@ -219,17 +220,25 @@ class KernelSpec:
         return self.smem_stride(width) != width
 
     def smem_stride(self, width: int) -> int:
-        """Elements between staged rows of an operand of this width. FMA tiles read one
-        column of many rows: an odd stride. DMMA fragments read 4 rows x 8 columns
-        (atb) or 8 rows x 4 columns (ab's A): strides that put every lane of a
-        request in its own bank (see dmma_stride, dmma_float_stride)."""
+        """Elements between staged rows of an operand of this width (within a group of
+        row_spacing rows). FMA tiles read one column of many rows: an odd stride.
+        DMMA fragments read 4 rows x 8 columns (atb) or 8 rows x 4 columns (ab's A):
+        strides that put every lane of a request in its own bank (see dmma_stride,
+        dmma_float_stride); bulk-staged rows are unpadded (see group_stride)."""
         p = self.problem
         if self.bulk:
-            _, stride_m, stride_n = self.layout
-            return stride_m if width == p.m else stride_n
+            return width
         if self.config.mma:
             return dmma_stride(width) if p.real_type == "double" else dmma_float_stride(width, p.op)
         return width + 1 if self.config.padded and width % 2 == 0 else width
+
+    def group_stride(self, width: int) -> int:
+        """Elements between the first rows of neighbouring groups of row_spacing staged
+        rows: staged row j of a chunk sits at (j / s) * group_stride + (j % s) * smem_stride."""
+        if self.bulk:
+            _, group_m, group_n = self.layout
+            return group_m if width == self.problem.m else group_n
+        return self.smem_stride(width)
 
     def stage_elements(self) -> tuple[int, int]:
         """Elements of the A and B areas of one stage, each a whole number of 16-byte
@@ -239,7 +248,7 @@ class KernelSpec:
 
         def area(width: int) -> int:
             if self.bulk:  # the operand's misalignment (shift) is mirrored, padded or not
-                return _round_up(c.rows_per_stage * self.smem_stride(width), vec) + vec
+                return c.rows_per_stage // self.row_spacing * self.group_stride(width) + vec
             if self.is_padded(width):
                 return _round_up(c.rows_per_stage * self.smem_stride(width), vec)
             return _round_up(c.rows_per_stage * width, vec) + vec
@@ -328,30 +337,32 @@ def dmma_stride(width: int) -> int:
     return next(s for s in range(width, width + 16) if s % 16 in (4, 12))
 
 
-def bulk_layout(m: int, n: int, element_bytes: int = 8) -> tuple[int, int, int] | None:
-    """(row spacing s, stride of A's rows, stride of B's rows) for bulk-staged DMMA
-    rows of doubles or floats, or None. A DMMA step takes rows r, r+s, r+2s, r+3s
-    (the sum over rows does not care which), so a fragment's 4 rows x 8 columns
-    hit distinct banks when s * stride is a quarter or three quarters of the
-    elements that span the 32 banks (4 or 12 modulo 16 doubles, read by half
-    warps; 8 or 24 modulo 32 floats). A stride equal to the width stages a chunk
-    as one contiguous span (one bulk copy); a wider one stages it row by row, and
-    must keep each row's 16-byte alignment (congruent to the width modulo a
-    vector). Doubles: odd widths take s = 4 unpadded, even ones s = 1 or 2,
-    whichever pads less. Floats: odd widths s = 8, 2 mod 4 s = 4, 4 mod 8 s = 2,
-    8 mod 16 s = 1. Widths whose spacings differ (an odd beside an even one) have
-    no layout."""
+def bulk_layout(m: int, n: int, element_bytes: int = 8) -> tuple[int, int, int]:
+    """(row spacing s, group stride of A, group stride of B) for bulk-staged DMMA rows
+    of doubles or floats. A DMMA step takes rows r, r+s, r+2s, r+3s (the sum over
+    rows does not care which). Staged rows lie in groups of s, each an unpadded
+    span (one bulk copy; the whole chunk is one span where the groups need no
+    padding between them), so a fragment's 4 rows x 8 columns sit a group stride
+    apart and hit distinct banks when that stride is a quarter or three quarters
+    of the elements that span the 32 banks (4 or 12 modulo 16 doubles, read by
+    half warps; 8 or 24 modulo 32 floats). Group strides stay whole vectors, so
+    every group keeps the operand's alignment. The spacing with the least padding
+    per row wins, the larger one on a tie (fewer, longer copies): doubles odd
+    widths s = 4 unpadded, 2 mod 4 s = 2, 4 mod 8 s = 1, multiples of 8 s = 8
+    with 4 elements between groups; floats odd s = 8, 2 mod 4 s = 4, 4 mod 8
+    s = 2, 8 mod 16 s = 1, multiples of 16 s = 8 with 8 between groups."""
     period = 128 // element_bytes
     quarters = (period // 4, 3 * period // 4)
     vector = 16 // element_bytes
-    best = None
+    best, best_cost = None, None
     for s in (1, 2, 4, 8):
-        strides = []
-        for width in (m, n):
-            fits = [p for p in range(width, width + period, vector) if s * p % period in quarters]
-            strides.append(fits[0] if fits else None)
-        if None not in strides and (best is None or sum(strides) < sum(best[1:])):
-            best = (s, *strides)
+        if any(s * width % vector for width in (m, n)):
+            continue  # groups would not keep the rows' 16-byte alignment
+        groups = [next(g for g in range(s * width, s * width + period, vector) if g % period in quarters)
+                  for width in (m, n)]
+        cost = (sum(groups) - s * (m + n)) / s
+        if best is None or cost <= best_cost:
+            best, best_cost = (s, *groups), cost
     return best
 
 
@@ -373,14 +384,11 @@ def _round_up(x: int, y: int) -> int:
 
 def _bulk_fits(spec: KernelSpec) -> bool:
     p, c = spec.problem, spec.config
-    if not (c.mma and p.dtype in MMA_DTYPES and spec.layout):
+    if not (c.mma and p.dtype in MMA_DTYPES):
         return False
     if p.op == "atb":
         return True
-    if p.dtype != "float64":
-        return False
-    spacing, stride, _ = spec.layout
-    return c.stage_out and not p.update and stride == p.m and c.row_groups * c.tile_m % spacing == 0
+    return p.dtype == "float64" and c.stage_out and not p.update and c.row_groups * c.tile_m % spec.row_spacing == 0
 
 
 def validate(spec: KernelSpec) -> None:
@@ -411,10 +419,8 @@ def validate(spec: KernelSpec) -> None:
         errors.append(f"m_panels {c.m_panels} must lie in 1..M for atb and be 1 for ab")
         raise InvalidSpec(f"{spec.name}: " + "; ".join(errors))
     if c.stage_copy == "bulk" and not _bulk_fits(spec):
-        errors.append("bulk stage copies serve DMMA atb (float64, float32) whose widths share a row spacing "
-                      "(bulk_layout: not an odd width beside an even one), and float64 DMMA ab with staged "
-                      "output and no update whose A rows need no padding (M not a multiple of 8) and whose "
-                      "passes hold whole groups of 8 x row spacing rows")
+        errors.append("bulk stage copies serve DMMA atb (float64, float32), and float64 DMMA ab with staged "
+                      "output and no update whose passes hold whole groups of 8 x row spacing rows")
         raise InvalidSpec(f"{spec.name}: " + "; ".join(errors))
     if c.mma and (p.dtype not in MMA_DTYPES or c.m_panels != 1 or (p.op == "ab" and c.c_source != "global")):
         errors.append(f"mma (DMMA) serves {' and '.join(MMA_DTYPES)} without panels, for ab with C from global memory")

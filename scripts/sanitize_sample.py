@@ -45,14 +45,14 @@ CASES = list(zip(
     (("ab_update", "complex64"), (20, 11), 1001),  # real view of y too
 ]
 # Bulk stage copies (a producer warp, transaction barriers), which the model never
-# picks: one span of rows taken 4 apart, 2 apart, and padded rows copied one by one;
-# floats 8 apart.
+# picks: one span of rows taken 4 apart, 2 apart, and groups of 8 rows with padding
+# between them, one copy per group; floats 8 apart.
 BULK_CASES = [
     ((57, 57), "float64", Config(tile_m=4, tile_n=4, mapping="blocked", row_groups=3, rows_per_stage=48, stages=3,
                                  unroll=2, mma=True, stage_copy="bulk", blocks_per_sm=1)),
     ((42, 42), "float64", Config(tile_m=3, tile_n=3, mapping="blocked", row_groups=2, rows_per_stage=32, stages=2,
                                  unroll=2, mma=True, stage_copy="bulk")),
-    ((64, 8), "float64", Config(tile_m=4, tile_n=1, mapping="blocked", row_groups=1, rows_per_stage=16, stages=2,
+    ((64, 8), "float64", Config(tile_m=4, tile_n=1, mapping="blocked", row_groups=1, rows_per_stage=32, stages=2,
                                 mma=True, stage_copy="bulk")),
     ((33, 33), "float32", Config(tile_m=2, tile_n=3, mapping="blocked", row_groups=2, rows_per_stage=64, stages=3,
                                  unroll=2, mma=True, stage_copy="bulk")),
@@ -67,11 +67,14 @@ for (m, n), dtype, config in BULK_CASES:
     assert err < (1e-12 if dtype == "float64" else 1e-4), err
 
 # ab with bulk copies in and bulk stores out (two buffers of out in turn), A's rows
-# read 4 apart and 2 apart; out's batch items start off a 16-byte boundary.
+# read 4 apart, 2 apart and 8 apart (padded groups); out's batch items start off a
+# 16-byte boundary.
 BULK_AB_CASES = [
     ((33, 33), Config(tile_m=2, tile_n=2, mapping="blocked", row_groups=2, rows_per_stage=64, c_source="global",
                       mma=True, stage_out=True, stage_copy="bulk", blocks_per_sm=1)),
     ((50, 7), Config(tile_m=2, tile_n=1, mapping="blocked", row_groups=1, rows_per_stage=32, c_source="global",
+                     mma=True, stage_out=True, stage_copy="bulk")),
+    ((40, 9), Config(tile_m=2, tile_n=2, mapping="blocked", row_groups=4, rows_per_stage=64, c_source="global",
                      mma=True, stage_out=True, stage_copy="bulk")),
 ]
 for (m, n), config in BULK_AB_CASES:

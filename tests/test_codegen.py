@@ -44,15 +44,18 @@ def _sample_specs() -> list[KernelSpec]:
         (Problem("atb", "float32", 30, 9), Config(tile_m=1, tile_n=2, mapping="blocked", row_groups=2, rows_per_stage=24, stages=2, mma=True)),
         (Problem("ab", "float32", 37, 29, update=True), Config(tile_m=1, tile_n=2, row_groups=4, rows_per_stage=64, c_source="global", mma=True)),
         (Problem("ab", "float32", 64, 40), Config(tile_m=2, tile_n=1, row_groups=2, rows_per_stage=128, stages=2, c_source="global", mma=True, stage_out=True)),
-        # bulk stage copies: unpadded rows 4 apart (odd), 2 apart (42), padded rows (64 x 8)
+        # bulk stage copies: unpadded rows 4 apart (odd), 2 apart (42), groups of 8 rows with padding between (64 x 8)
         (Problem("atb", "float64", 57, 57), Config(tile_m=4, tile_n=4, mapping="blocked", row_groups=3, rows_per_stage=48, stages=4, mma=True, stage_copy="bulk", blocks_per_sm=1)),
         (Problem("atb", "float64", 42, 42), Config(tile_m=2, tile_n=3, mapping="blocked", row_groups=2, rows_per_stage=32, stages=3, mma=True, stage_copy="bulk")),
-        (Problem("atb", "float64", 64, 8), Config(tile_m=4, tile_n=1, mapping="blocked", row_groups=1, rows_per_stage=16, stages=2, mma=True, stage_copy="bulk")),
-        # ... float32: rows 8 apart (odd), 4 apart (42), padded rows (64 x 8)
+        (Problem("atb", "float64", 64, 8), Config(tile_m=4, tile_n=1, mapping="blocked", row_groups=1, rows_per_stage=32, stages=2, mma=True, stage_copy="bulk")),
+        # ... float32: rows 8 apart (odd), 4 apart (42), groups of 8 rows with padding between (64 x 8)
         (Problem("atb", "float32", 57, 57), Config(tile_m=4, tile_n=4, mapping="blocked", row_groups=2, rows_per_stage=64, stages=4, mma=True, stage_copy="bulk", blocks_per_sm=1)),
         (Problem("atb", "float32", 42, 42), Config(tile_m=2, tile_n=3, mapping="blocked", row_groups=2, rows_per_stage=64, stages=3, mma=True, stage_copy="bulk")),
-        (Problem("atb", "float32", 64, 8), Config(tile_m=4, tile_n=1, mapping="blocked", row_groups=1, rows_per_stage=16, stages=2, mma=True, stage_copy="bulk")),
-        # ab with bulk copies in and bulk stores out: A's rows 4, 2 and 1 apart
+        (Problem("atb", "float32", 64, 8), Config(tile_m=4, tile_n=1, mapping="blocked", row_groups=1, rows_per_stage=32, stages=2, mma=True, stage_copy="bulk")),
+        # ab with bulk copies in and bulk stores out: A's rows 4, 2 and 1 apart, and 8 apart in padded groups
+        (Problem("ab", "float64", 40, 40), Config(tile_m=2, tile_n=2, mapping="blocked", row_groups=4, rows_per_stage=128, c_source="global", mma=True, stage_out=True, stage_copy="bulk")),
+        # atb with an odd width beside a multiple of 8: rows 8 apart, each operand's groups padded to fit
+        (Problem("atb", "float64", 3, 8), Config(tile_m=1, tile_n=1, mapping="blocked", row_groups=2, rows_per_stage=128, mma=True, stage_copy="bulk")),
         (Problem("ab", "float64", 33, 7), Config(tile_m=2, tile_n=1, mapping="blocked", row_groups=2, rows_per_stage=64, c_source="global", mma=True, stage_out=True, stage_copy="bulk")),
         (Problem("ab", "float64", 50, 50), Config(tile_m=2, tile_n=1, mapping="blocked", row_groups=1, rows_per_stage=32, c_source="global", mma=True, stage_out=True, stage_copy="bulk", blocks_per_sm=1)),
         (Problem("ab", "float64", 20, 64), Config(tile_m=1, tile_n=2, mapping="blocked", row_groups=3, rows_per_stage=48, stages=4, c_source="global", mma=True, stage_out=True, stage_copy="bulk")),
@@ -138,44 +141,40 @@ def test_staged_float_fragments_take_one_bank_per_lane(op, width):
     assert len({(r * stride + c) % 32 for r in range(rows) for c in range(cols)}) == 32
 
 
-@pytest.mark.parametrize("m, n", [(w, w) for w in range(1, 65)] + [(3, 7), (64, 8), (2, 32), (13, 48), (6, 10), (12, 20)])
+@pytest.mark.parametrize("m, n", [(w, w) for w in range(1, 65)] + [(3, 7), (64, 8), (2, 32), (13, 48), (6, 10), (12, 20), (3, 8)])
 @pytest.mark.parametrize("dtype", ["float64", "float32"])
 def test_bulk_layout_fragments_take_distinct_banks(dtype, m, n):
-    """Bulk-staged DMMA rows: a fragment read (4 rows s apart x 8 columns; doubles by
-    half warps, 4 columns each) touches distinct banks in each operand; unpadded
-    rows where the widths allow; padded rows keep each row's 16-byte alignment; and
-    widths that need different spacings are rejected."""
+    """Bulk-staged DMMA rows: a fragment read (4 rows s apart, one from each of 4
+    groups, x 8 columns; doubles by half warps, 4 columns each) touches distinct
+    banks in each operand; rows are unpadded within a group, groups keep the
+    rows' 16-byte alignment, and the chunk is one unpadded span where the widths
+    allow (neither a multiple of 8 doubles or 16 floats, and of one parity class)."""
     config = Config(tile_m=min(4, -(-m // 8)), tile_n=min(4, -(-n // 8)), mma=True, stage_copy="bulk",
                     row_groups=1, rows_per_stage=64)
     spec = KernelSpec(Problem("atb", dtype, m, n), config)
-    vector = 2 if dtype == "float64" else 4
-    # The spacings a width allows follow from its factors of 2 (rows' alignment is kept):
-    # doubles odd / even, floats odd / 2 mod 4 / 0 mod 4.
-    classes = [min((width & -width).bit_length() - 1, 1 if dtype == "float64" else 2) for width in (m, n)]
-    if classes[0] != classes[1]:
-        with pytest.raises(InvalidSpec, match="bulk"):
-            validate(spec)
-        return
     validate(spec)
+    vector, period = (2, 16) if dtype == "float64" else (4, 32)
     s = spec.row_spacing
     for width in (m, n):
-        stride = spec.smem_stride(width)
-        if dtype == "float64":
-            assert len({(s * k * stride + c) % 16 for k in range(4) for c in range(4)}) == 16
-        else:
-            assert len({(s * k * stride + c) % 32 for k in range(4) for c in range(8)}) == 32
-        assert stride % vector == width % vector
-    if all(width % (8 if dtype == "float64" else 16) for width in (m, n)):
-        assert not spec.is_padded(m) and not spec.is_padded(n)
+        group = spec.group_stride(width)
+        assert spec.smem_stride(width) == width and s * width <= group < s * width + period
+        assert s * width % vector == 0 and group % vector == 0
+        columns = 4 if dtype == "float64" else 8
+        assert len({(k * group + c) % period for k in range(4) for c in range(columns)}) == 4 * columns
+    # The spacings a width allows unpadded follow from its factors of 2: doubles
+    # odd / 2 mod 4 / 4 mod 8, floats odd / 2 mod 4 / 4 mod 8 / 8 mod 16.
+    classes = {min((width & -width).bit_length() - 1, 3 if dtype == "float64" else 4) for width in (m, n)}
+    if len(classes) == 1 and classes != {3 if dtype == "float64" else 4}:
+        assert all(spec.group_stride(width) == s * width for width in (m, n))
 
 
-@pytest.mark.parametrize("m", [17, 18, 20, 33, 50, 63])
-@pytest.mark.parametrize("tile_m, row_groups", [(1, 4), (2, 2), (4, 1), (2, 3)])
+@pytest.mark.parametrize("m", [17, 18, 20, 33, 50, 63, 40, 64])
+@pytest.mark.parametrize("tile_m, row_groups", [(1, 4), (2, 2), (4, 1), (2, 3), (2, 4)])
 def test_bulk_ab_slabs_cover_each_pass_once(m, tile_m, row_groups):
-    """Bulk-staged ab reads unpadded rows of A 8 to a slab, s apart: each pass's slabs
-    take each of its rows exactly once, a half warp's fragment (4 of those rows x 4
-    columns) touches 16 distinct bank pairs, and passes that would split a group of
-    8 s rows are rejected."""
+    """Bulk-staged ab reads rows of A 8 to a slab, s apart (one from each of 8 groups):
+    each pass's slabs take each of its rows exactly once, a half warp's fragment (4
+    of those rows x 4 columns) touches 16 distinct bank pairs, and passes that
+    would split a group of 8 s rows are rejected."""
     problem = Problem("ab", "float64", m, 24)
     config = Config(tile_m=tile_m, tile_n=1, mapping="blocked", row_groups=row_groups, rows_per_stage=8 * tile_m * row_groups,
                     c_source="global", mma=True, stage_out=True, stage_copy="bulk")
@@ -189,14 +188,16 @@ def test_bulk_ab_slabs_cover_each_pass_once(m, tile_m, row_groups):
     assert spec.smem_stride(m) == m and spec.row_spacing == s
     rows = [8 * s * (z // s) + z % s + s * frag_row for z in range(tile_m * row_groups) for frag_row in range(8)]
     assert sorted(rows) == list(range(spec.rows_per_pass))
-    assert len({(s * r * m + c) % 16 for r in range(4) for c in range(4)}) == 16
+    group = spec.group_stride(m)
+    assert len({(r * group + c) % 16 for r in range(4) for c in range(4)}) == 16
 
 
-def test_bulk_ab_needs_unpadded_rows_staged_output_and_no_update():
+def test_bulk_ab_needs_whole_groups_staged_output_and_no_update():
     config = Config(tile_m=2, tile_n=1, mapping="blocked", row_groups=2, rows_per_stage=64, c_source="global",
                     mma=True, stage_out=True, stage_copy="bulk")
     validate(KernelSpec(Problem("ab", "float64", 33, 33), config))
-    for problem, changed in ((Problem("ab", "float64", 40, 33), config),
+    validate(KernelSpec(Problem("ab", "float64", 40, 33), dataclasses.replace(config, row_groups=4)))
+    for problem, changed in ((Problem("ab", "float64", 40, 33), config),  # groups of 8 rows, passes of 4 slabs
                              (Problem("ab", "float64", 33, 33, update=True), config),
                              (Problem("ab", "float64", 33, 33), dataclasses.replace(config, stage_out=False)),
                              (Problem("ab", "float32", 33, 33), config)):
@@ -204,10 +205,10 @@ def test_bulk_ab_needs_unpadded_rows_staged_output_and_no_update():
             validate(KernelSpec(problem, changed))
 
 
-def test_bulk_candidates_only_where_the_gpu_and_the_widths_allow():
-    assert any(c.stage_copy == "bulk" for c in candidates(Problem("atb", "float64", 57, 57), 16, "sm_90"))
-    assert not any(c.stage_copy == "bulk" for c in candidates(Problem("atb", "float64", 57, 57), 16, "sm_80"))
-    assert not any(c.stage_copy == "bulk" for c in candidates(Problem("atb", "float64", 13, 48), 16, "sm_90"))
+def test_bulk_candidates_only_where_the_gpu_allows():
+    for problem in (Problem("atb", "float64", 57, 57), Problem("atb", "float64", 13, 48), Problem("ab", "float64", 40, 40)):
+        assert any(c.stage_copy == "bulk" for c in candidates(problem, 16, "sm_90"))
+        assert not any(c.stage_copy == "bulk" for c in candidates(problem, 16, "sm_80"))
 
 
 def test_names_identify_the_source():

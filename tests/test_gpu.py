@@ -222,12 +222,14 @@ def test_element_stage_copies(op, dtype, m, n):
     assert_close(out, a, b, op=op)
 
 
-@pytest.mark.parametrize("m, n", [(57, 57), (64, 64), (33, 33), (36, 36), (42, 42), (3, 7), (64, 8)])
+@pytest.mark.parametrize("m, n", [(57, 57), (64, 64), (56, 56), (33, 33), (36, 36), (42, 42), (3, 7), (64, 8),
+                                  (3, 8), (13, 48)])
 @pytest.mark.parametrize("k", [1, 37, 100_003, 10**6 + 7])
 @pytest.mark.parametrize("dtype", ["float64", "float32"])
 def test_bulk_stage_copies(dtype, m, n, k):
     """Config.stage_copy = "bulk": a producer warp stages each chunk with bulk copies
-    (one span of unpadded rows taken 8, 4, 2 or 1 apart, or padded rows one by one)
+    (one span of unpadded rows taken 8, 4, 2 or 1 apart, or groups of 8 rows with
+    padding between them, one copy per group)
     on transaction barriers, through many rounds of the ring, over batch items that
     start off a 16-byte boundary where K * M is not a multiple of a vector, with a
     ragged last chunk; and the same bits on every run."""
@@ -246,16 +248,18 @@ def test_bulk_stage_copies(dtype, m, n, k):
     assert np.array_equal(np.asarray(out), np.asarray(again))
 
 
-@pytest.mark.parametrize("m, n", [(33, 33), (17, 40), (34, 50), (36, 36), (63, 63), (20, 7), (58, 64)])
+@pytest.mark.parametrize("m, n", [(33, 33), (17, 40), (34, 50), (36, 36), (63, 63), (20, 7), (58, 64), (40, 40),
+                                  (64, 8), (8, 24)])
 @pytest.mark.parametrize("k", [1, 37, 100_003, 10**6 + 7])
 def test_bulk_stage_copies_ab(m, n, k):
     """ab with Config.stage_copy = "bulk": A staged by a producer warp with bulk copies
-    (unpadded rows read 4, 2 or 1 apart), out leaving each chunk as one bulk store
+    (unpadded rows read 4, 2 or 1 apart, or 8 apart from groups with padding between
+    them), out leaving each chunk as one bulk store
     from two buffers in turn, through many rounds of the ring, over batch items of
     out and A that start off a 16-byte boundary, with a ragged last chunk."""
     rng = np.random.default_rng()
     problem = Problem("ab", "float64", m, n)
-    config = Config(tile_m=2, tile_n=min(2, -(-n // 8)), mapping="blocked", row_groups=2, rows_per_stage=64,
+    config = Config(tile_m=2, tile_n=min(2, -(-n // 8)), mapping="blocked", row_groups=4, rows_per_stage=128,
                     c_source="global", mma=True, stage_out=True, stage_copy="bulk", blocks_per_sm=1)
     spec = KernelSpec(problem, config)
     a, c = operands(rng, "ab", "float64", k, m, n, (3,), (1,))
