@@ -142,3 +142,32 @@ def _valid(spec: KernelSpec) -> bool:
         return True
     except InvalidSpec:
         return False
+
+
+def neighbours(problem: Problem, config: Config) -> list[Config]:
+    """Valid configurations one step from ``config`` in what the model ranks least
+    reliably, the stage geometry and occupancy (rows per stage, row groups, stages,
+    blocks per SM) and, for atb, the warp tile's orientation: the tuner's local
+    search around its fastest candidate (benchmarking every candidate, as Tensile
+    does, on a neighbourhood instead of the whole space). Rows per stage follow a
+    change of row groups pass for pass."""
+    c = config
+    per_pass = KernelSpec(problem, c).rows_per_pass
+    passes = c.rows_per_stage // per_pass
+    steps = [dict(rows_per_stage=c.rows_per_stage * 2)]
+    if passes % 2 == 0:
+        steps.append(dict(rows_per_stage=c.rows_per_stage // 2))
+    for row_groups in {c.row_groups - 1, c.row_groups + 1, c.row_groups * 2, c.row_groups // 2} - {0, c.row_groups}:
+        moved = dataclasses.replace(c, row_groups=row_groups)
+        steps.append(dict(row_groups=row_groups, rows_per_stage=passes * KernelSpec(problem, moved).rows_per_pass))
+    steps += [dict(stages=s) for s in (c.stages - 1, c.stages + 1) if 2 <= s <= 6]
+    steps += [dict(blocks_per_sm=b) for b in (c.blocks_per_sm - 1, c.blocks_per_sm + 1) if 1 <= b <= 4]
+    if problem.op == "atb" and c.tile_m != c.tile_n:
+        steps.append(dict(tile_m=c.tile_n, tile_n=c.tile_m))
+    found = []
+    for step in steps:
+        moved = dataclasses.replace(c, **step)
+        spec = KernelSpec(problem, moved)
+        if moved not in found and _valid(spec) and 64 <= spec.threads and _occupancy_ok(spec):
+            found.append(moved)
+    return found

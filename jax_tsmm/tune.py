@@ -1,12 +1,13 @@
 """Autotuner: benchmark pruned candidate kernels per problem and K range, write the database.
 
     python -m jax_tsmm.tune [--ops atb,ab] [--dtypes float64] [--shapes 1-64]
-                            [--candidates 12] [--db PATH | --device-db]
+                            [--candidates 12] [--refine 2] [--db PATH | --device-db]
     python -m jax_tsmm.tune --from-bench bench.json [...] [--device-db]
 
 For each (op, dtype, M, N) and each K range, the candidates of
 ``codegen.search`` (pruned by hardware limits, occupancy and a register-reuse
-model) are compiled in parallel, then timed on the same inputs as XLA's dot.
+model) are compiled in parallel, then timed on the same inputs as XLA's dot;
+``--refine`` rounds of local search then time the neighbours of the fastest.
 The winner goes into ``jax_tsmm/tuning/<arch>.json`` with its time, its % of
 roofline and XLA's time; where XLA wins, the entry says so and dispatch uses
 XLA. Finished problems are kept, so an interrupted run resumes. ``--device-db``
@@ -37,7 +38,7 @@ import numpy as np
 
 from jax_tsmm import _cuda, _dispatch, _kernels, bench
 from jax_tsmm.codegen import KernelSpec, Problem
-from jax_tsmm.codegen.search import candidates
+from jax_tsmm.codegen.search import candidates, neighbours
 
 # K ranges as (k_min, K timed); None times the benchmark's size (1 GiB matrices).
 K_RANGES = ((0, 1 << 16), (1 << 18, 1 << 20), (1 << 22, None))
@@ -61,9 +62,13 @@ def candidate_specs(problem: Problem, limit: int, arch: str) -> list[KernelSpec]
     return specs
 
 
-def tune_problem(problem: Problem, ceilings: dict, limit: int, arch: str, k_min: int = 0) -> list[dict]:
+def tune_problem(problem: Problem, ceilings: dict, limit: int, arch: str, k_min: int = 0,
+                 refine: int = 0) -> list[dict]:
     """Entries for the K ranges from ``k_min`` up: the fastest candidate in each
-    (``real_view`` where it is the real view's), or XLA where it measured faster."""
+    (``real_view`` where it is the real view's), or XLA where it measured faster.
+    ``refine`` rounds of local search then time the untried neighbours of the
+    fastest kernel so far (``codegen.search.neighbours``), stopping early once a
+    round finds nothing faster."""
     dtype = np.dtype(problem.dtype)
     specs = candidate_specs(problem, limit, arch)
     _kernels.precompile(specs, arch)
@@ -77,19 +82,35 @@ def tune_problem(problem: Problem, ceilings: dict, limit: int, arch: str, k_min:
         roof = bench.roofline_seconds(problem.op, dtype, problem.m, problem.n, k, ceilings)
         xla_s = bench.seconds_per_call(xla, sets, roof)
         timings = []
-        for spec in specs:
-            with _dispatch.forced(spec):  # each timing traces a fresh jitted loop
-                timings.append((bench.seconds_per_call(ours, sets, roof), spec))
-            view = "  (real view)" if _dispatch.is_real_view(spec, problem.dtype) else ""
-            print(f"    {timings[-1][0] * 1e3:8.3f} ms ({100 * roof / timings[-1][0]:5.1f}%)  {spec.config}{view}",
-                  flush=True)
+
+        def time_all(trial: list[KernelSpec]) -> None:
+            for spec in trial:
+                with _dispatch.forced(spec):  # each timing traces a fresh jitted loop
+                    timings.append((bench.seconds_per_call(ours, sets, roof), spec))
+                view = "  (real view)" if _dispatch.is_real_view(spec, problem.dtype) else ""
+                print(f"    {timings[-1][0] * 1e3:8.3f} ms ({100 * roof / timings[-1][0]:5.1f}%)  {spec.config}{view}",
+                      flush=True)
+
+        time_all(specs)
+        for _ in range(refine):
+            best_s, best = min(timings, key=lambda t: t[0])
+            tried = {spec for _, spec in timings}
+            fresh = [KernelSpec(best.problem, c) for c in neighbours(best.problem, best.config)]
+            fresh = [spec for spec in fresh if spec not in tried]
+            if not fresh:
+                break
+            print(f"    refining around the fastest: {len(fresh)} neighbours", flush=True)
+            _kernels.precompile(fresh, arch)
+            time_all(fresh)
+            if min(timings, key=lambda t: t[0])[0] >= best_s:
+                break
         best_s, best = min(timings, key=lambda t: t[0])
         entry = {
             "k_min": range_min if k_sample else largest_range_min(k), "k_tuned": k,
             "config": dataclasses.asdict(best.config) if best_s < xla_s else None,
             "tsmm_s": best_s, "tsmm_pct": 100 * roof / best_s,
             "xla_s": xla_s, "xla_pct": 100 * roof / xla_s,
-            "candidates": len(specs),
+            "candidates": len(timings),
         }
         if best_s < xla_s and _dispatch.is_real_view(best, problem.dtype):
             entry["real_view"] = True  # config is the real problem's
@@ -149,6 +170,8 @@ def main(argv=None) -> None:
     parser.add_argument("--dtypes", default="float64,float32,complex128,complex64")
     parser.add_argument("--shapes", default="1-64", help="M = N values, e.g. 1-64 or 3,8")
     parser.add_argument("--candidates", type=int, default=12)
+    parser.add_argument("--refine", type=int, default=2,
+                        help="rounds of local search around the fastest candidate (0: none)")
     parser.add_argument("--db", type=pathlib.Path, default=None)
     parser.add_argument("--k-min", type=int, default=0,
                         help="tune only the K ranges from this one up (a quick look at large K)")
@@ -188,7 +211,7 @@ def main(argv=None) -> None:
         if _tuned_already(db["entries"].get(key, [])):
             continue  # resume
         print(f"[{index + 1}/{len(problems)}] {key}", flush=True)
-        tuned = tune_problem(problem, ceilings, args.candidates, arch, args.k_min)
+        tuned = tune_problem(problem, ceilings, args.candidates, arch, args.k_min, args.refine)
         # Ranges below the tuned ones keep their entries; the tuned ranges replace theirs.
         lowest = min((entry["k_min"] for entry in tuned), default=args.k_min)
         kept = [entry for entry in db["entries"].get(key, []) if entry["k_min"] < lowest]

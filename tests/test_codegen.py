@@ -12,7 +12,7 @@ import pytest
 from jax_tsmm import _kernels
 from jax_tsmm.codegen import Config, InvalidSpec, KernelSpec, Problem, default_config, module_source, validate
 from jax_tsmm.codegen.prebuilt import prebuilt_specs
-from jax_tsmm.codegen.search import candidates
+from jax_tsmm.codegen.search import candidates, neighbours
 
 DTYPES = ("float32", "float64", "complex64", "complex128")
 
@@ -209,6 +209,27 @@ def test_bulk_candidates_only_where_the_gpu_allows():
     for problem in (Problem("atb", "float64", 57, 57), Problem("atb", "float64", 13, 48), Problem("ab", "float64", 40, 40)):
         assert any(c.stage_copy == "bulk" for c in candidates(problem, 16, "sm_90"))
         assert not any(c.stage_copy == "bulk" for c in candidates(problem, 16, "sm_80"))
+
+
+@pytest.mark.parametrize("problem", [Problem("atb", "float64", 52, 52), Problem("atb", "float32", 48, 48),
+                                     Problem("ab", "float64", 33, 33), Problem("atb", "complex64", 7, 5)])
+def test_neighbours_are_valid_one_step_moves(problem):
+    """The tuner's local search: valid configurations that differ from the start in
+    the stage geometry, occupancy or (atb) the tile's orientation only, rows per
+    stage moving with the row groups pass for pass."""
+    start = candidates(problem, 4, "sm_90")[1]
+    moves = neighbours(problem, start)
+    assert moves and start not in moves and len(set(moves)) == len(moves)
+    movable = {"rows_per_stage", "row_groups", "stages", "blocks_per_sm", "tile_m", "tile_n"}
+    for config in moves:
+        validate(KernelSpec(problem, config))
+        changed = {f for f in movable | set(dataclasses.asdict(start)) if getattr(config, f) != getattr(start, f)}
+        assert changed <= movable
+        if changed & {"tile_m", "tile_n"}:
+            assert (config.tile_m, config.tile_n) == (start.tile_n, start.tile_m)
+        if "row_groups" in changed:
+            passes = start.rows_per_stage // KernelSpec(problem, start).rows_per_pass
+            assert config.rows_per_stage == passes * KernelSpec(problem, config).rows_per_pass
 
 
 def test_names_identify_the_source():

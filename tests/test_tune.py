@@ -50,6 +50,16 @@ def test_complex_problems_are_tuned_with_their_real_views(monkeypatch):
         validate(KernelSpec(real if entry.get("real_view") else problem, Config(**entry["config"])))
 
 
+@pytest.mark.nvcc
+def test_refinement_times_the_untried_neighbours_of_the_fastest(monkeypatch):
+    monkeypatch.setattr(tune, "K_RANGES", ((0, 300),))
+    problem = Problem("atb", "float64", 5, 5)
+    (entry,) = tune.tune_problem(problem, CEILINGS, limit=2, arch="sm_90", refine=1)
+    assert entry["candidates"] > 2
+    if entry["config"] is not None:
+        validate(KernelSpec(problem, Config(**entry["config"])))
+
+
 def _row(op, dtype, m, n, k, tsmm_s, xla_s, config):
     return {"op": op, "dtype": dtype, "M": m, "N": n, "K": k, "config": config,
             "tsmm_s": tsmm_s, "xla_s": xla_s, "tsmm_pct": 50.0, "xla_pct": 50.0}
