@@ -60,6 +60,21 @@ def test_refinement_times_the_untried_neighbours_of_the_fastest(monkeypatch):
         validate(KernelSpec(problem, Config(**entry["config"])))
 
 
+@pytest.mark.nvcc
+def test_dispatchs_current_kernel_is_timed_among_the_candidates(monkeypatch):
+    """The kernel dispatch runs before the tuning (here one the search does not
+    offer) competes in the same run, so an entry is never a figure of another day."""
+    monkeypatch.setattr(tune, "K_RANGES", ((0, 300),))
+    problem = Problem("atb", "float64", 5, 5)
+    shipped = KernelSpec(problem, dataclasses.replace(default_config(problem), unroll=3, stages=4))
+    assert shipped.config not in tune.candidates(problem, 2, "sm_90")
+    asked = []
+    monkeypatch.setattr(_dispatch, "select", lambda *args, **kwargs: asked.append(args[:5]) or shipped)
+    (entry,) = tune.tune_problem(problem, CEILINGS, limit=2, arch="sm_90")
+    assert asked == [("atb", "float64", 5, 5, 300)]
+    assert entry["candidates"] == 3
+
+
 def _row(op, dtype, m, n, k, tsmm_s, xla_s, config):
     return {"op": op, "dtype": dtype, "M": m, "N": n, "K": k, "config": config,
             "tsmm_s": tsmm_s, "xla_s": xla_s, "tsmm_pct": 50.0, "xla_pct": 50.0}
