@@ -652,11 +652,12 @@ def _atb_mma_body(spec: KernelSpec, ar: _Arith) -> tuple[list[str], list[tuple[s
         """DMMA k-step t of a row step: rows r + t + s * frag_k, one per lane quad, row t
         of groups r / s + frag_k."""
         row = "r + frag_k" if s == 1 else f"r + {t} + {s} * frag_k"
-        group = "r + frag_k" if s == 1 else f"r / {s} + frag_k"
 
         def at(width: int) -> str:
-            row_offset = t * spec.smem_stride(width)
-            return f"({group}) * {spec.group_stride(width)}" + (f" + {row_offset}" if row_offset else "")
+            stride, group = spec.smem_stride(width), spec.group_stride(width)
+            if group == s * stride:  # no padding between groups: evenly strided rows
+                return f"({row}) * {stride}"
+            return f"(r / {s} + frag_k) * {group}" + (f" + {t * stride}" if t else "")
 
         return [
             f"const bool inside = {row} < rows;",
@@ -665,6 +666,7 @@ def _atb_mma_body(spec: KernelSpec, ar: _Arith) -> tuple[list[str], list[tuple[s
             *dmma_products(tm, tn, lambda i, j: f"acc_{i}_{j}", lambda i: f"a{i}", lambda j: f"b{j}"),
         ]
 
+    padded_groups = [str(spec.group_stride(w)) for w in (p.m, p.n) if spec.group_stride(w) != s * spec.smem_stride(w)]
     row_step = ["  " + line for line in k_step(0)] if s == 1 else [
         line for t in range(s) for line in [f"  {{  // k-step {t}", *["    " + x for x in k_step(t)], "  }"]]
     body = _block_prologue(spec, ar, "b") + [
@@ -689,9 +691,10 @@ def _atb_mma_body(spec: KernelSpec, ar: _Arith) -> tuple[list[str], list[tuple[s
         "",
         *_atb_slots(spec, e),
         "",
-        (f"// {4 * s} rows: {s} DMMA k-steps per 8x8 block, each taking 4 rows {s} apart, one from each of"
-         f" 4 groups of unpadded rows (groups {spec.group_stride(p.m)} and {spec.group_stride(p.n)} elements apart:"
-         " distinct banks);" if s > 1 else "// Four rows: one DMMA per 8x8 block;")
+        (f"// {4 * s} rows: {s} DMMA k-steps per 8x8 block, each taking 4 rows {s} apart (bank-conflict"
+         "-free unpadded rows" + ("" if padded_groups == [] else
+                                  f", in groups of {s} padded to {' and '.join(padded_groups)} elements") + ");"
+         if s > 1 else "// Four rows: one DMMA per 8x8 block;")
         + " rows past `rows` (the last chunk) count as zero.",
         *(["// float32 fragments are widened to double (exactly) as they leave shared memory."] if e == "float" else []),
         f"auto row_step = [&](const {e}* sa, const {e}* sb, int r, int rows) {{",
@@ -1033,14 +1036,19 @@ def _ab_mma_tiles(spec: KernelSpec, ar: _Arith):
         ]
 
     spacing, group = spec.row_spacing, spec.group_stride(p.m)
+    padded_groups = group != spacing * stride
     if spacing > 1:
         setup += [
-            f"// Bulk-staged rows lie in unpadded groups of {spacing}, {group} elements apart: slab z =",
-            f"// row_group * {tm} + i of a pass takes 8 rows {spacing} apart, {8 * spacing} * (z / {spacing}) + z % {spacing} +",
-            f"// {spacing} * frag_row (row z % {spacing} of 8 neighbouring groups), so a fragment's rows hit distinct",
-            "// banks; the pass's slabs still cover its rows once.",
+            f"// Bulk-staged rows are unpadded: slab z = row_group * {tm} + i of a pass takes 8 rows",
+            f"// {spacing} apart, {8 * spacing} * (z / {spacing}) + z % {spacing} + {spacing} * frag_row, so a fragment's rows",
+            "// hit distinct banks; the pass's slabs still cover its rows once.",
             *[f"const int slab_row{i} = {8 * spacing} * ((row_group * {tm} + {i}) / {spacing}) + "
               f"(row_group * {tm} + {i}) % {spacing} + {spacing} * frag_row;" for i in range(tm)],
+        ]
+    if padded_groups:
+        setup += [
+            f"// The rows lie in groups of {spacing} padded to {group} elements: row z % {spacing} of group",
+            f"// 8 * (z / {spacing}) + frag_row of the pass.",
             *[f"const int slab_at{i} = (8 * ((row_group * {tm} + {i}) / {spacing}) + frag_row) * {group} + "
               f"(row_group * {tm} + {i}) % {spacing} * {stride};" for i in range(tm)],
         ]
@@ -1050,7 +1058,7 @@ def _ab_mma_tiles(spec: KernelSpec, ar: _Arith):
 
     def slab_at(i: int) -> str:
         """Where the lane's row of slab i starts in the stage."""
-        return f"({slab_row(i)}) * {group}" if spacing == 1 else f"base / {spacing} * {group} + slab_at{i}"
+        return f"base / {spacing} * {group} + slab_at{i}" if padded_groups else f"({slab_row(i)}) * {stride}"
 
     def tile_pass(guard_rows: bool) -> list[str]:
         tiles = []
