@@ -500,13 +500,14 @@ def _bulk_pipeline(spec: KernelSpec, consume: list[str], finish: list[str] = (),
     operands = [("a", p.m), ("b", p.n)] if p.op == "atb" else [("a", p.m)]
 
     def stage(operand: str, width: int, lane: int) -> list[str]:
-        s, group = spec.row_spacing, spec.group_stride(width)
-        if group == s * width:  # no padding between groups: the chunk is one contiguous span
+        spacing, group = spec.row_spacing, spec.group_stride(width)
+        if group == spacing * width:  # no padding between groups: the chunk is one contiguous span
             return [f"if (lane == {lane}) tsmm_bulk_stage(slot_{operand}(slot) + {operand}_shift, "
                     f"{operand} + row0 * {width}, rows * {width}, &full[slot]);"]
-        return [f"for (int group = lane; group * {s} < rows; group += 32) {{  // padded groups: one bulk copy each",
+        return [f"for (int group = lane; group * {spacing} < rows; group += 32) {{  // padded groups: one bulk copy each",
                 f"  tsmm_bulk_stage(slot_{operand}(slot) + {operand}_shift + group * {group}, "
-                f"{operand} + (row0 + group * {s}) * {width}, min({s}, rows - group * {s}) * {width}, &full[slot]);",
+                f"{operand} + (row0 + group * {spacing}) * {width}, min({spacing}, rows - group * {spacing}) * {width}, "
+                "&full[slot]);",
                 "}"]
 
     chunk = _step_chunk(spec) + [f"const unsigned round = static_cast<unsigned>(step / {s});"]
