@@ -32,6 +32,7 @@ step build python3 -m pip install --no-build-isolation --no-deps -v -e . || { ta
 benches=0 tunes=0 compares=0
 for item in "$@"; do
   read -r name args <<< "$item"
+  args=${args//'$OUT'/$OUT}  # a step may name $OUT unexpanded (quoted on the way here)
   case $name in
     tests)  # ARGS may quote: "tests tests/test_gpu.py -k 'tensor_core or update'"
       eval "step tests python3 -m pytest -m gpu -q --maxfail=25 -p no:cacheprovider --junitxml=$OUT/tests.xml $args" ;;
