@@ -501,7 +501,7 @@ def _bulk_pipeline(spec: KernelSpec, consume: list[str], finish: list[str] = (),
 
     def stage(operand: str, width: int, lane: int) -> list[str]:
         spacing, group = spec.row_spacing, spec.group_stride(width)
-        if group == spacing * width:  # no padding between groups: the chunk is one contiguous span
+        if not spec.groups_padded(width):  # the chunk is one contiguous span
             return [f"if (lane == {lane}) tsmm_bulk_stage(slot_{operand}(slot) + {operand}_shift, "
                     f"{operand} + row0 * {width}, rows * {width}, &full[slot]);"]
         return [f"for (int group = lane; group * {spacing} < rows; group += 32) {{  // padded groups: one bulk copy each",
@@ -655,10 +655,10 @@ def _atb_mma_body(spec: KernelSpec, ar: _Arith) -> tuple[list[str], list[tuple[s
         row = "r + frag_k" if s == 1 else f"r + {t} + {s} * frag_k"
 
         def at(width: int) -> str:
-            stride, group = spec.smem_stride(width), spec.group_stride(width)
-            if group == s * stride:  # no padding between groups: evenly strided rows
+            stride = spec.smem_stride(width)
+            if not spec.groups_padded(width):  # evenly strided rows
                 return f"({row}) * {stride}"
-            return f"(r / {s} + frag_k) * {group}" + (f" + {t * stride}" if t else "")
+            return f"(r / {s} + frag_k) * {spec.group_stride(width)}" + (f" + {t * stride}" if t else "")
 
         return [
             f"const bool inside = {row} < rows;",
@@ -667,7 +667,7 @@ def _atb_mma_body(spec: KernelSpec, ar: _Arith) -> tuple[list[str], list[tuple[s
             *dmma_products(tm, tn, lambda i, j: f"acc_{i}_{j}", lambda i: f"a{i}", lambda j: f"b{j}"),
         ]
 
-    padded_groups = [str(spec.group_stride(w)) for w in (p.m, p.n) if spec.group_stride(w) != s * spec.smem_stride(w)]
+    padded_groups = [str(spec.group_stride(w)) for w in (p.m, p.n) if spec.groups_padded(w)]
     row_step = ["  " + line for line in k_step(0)] if s == 1 else [
         line for t in range(s) for line in [f"  {{  // k-step {t}", *["    " + x for x in k_step(t)], "  }"]]
     body = _block_prologue(spec, ar, "b") + [
@@ -1037,7 +1037,7 @@ def _ab_mma_tiles(spec: KernelSpec, ar: _Arith):
         ]
 
     spacing, group = spec.row_spacing, spec.group_stride(p.m)
-    padded_groups = group != spacing * stride
+    padded_groups = spec.groups_padded(p.m)
     if spacing > 1:
         setup += [
             f"// Bulk-staged rows are unpadded: slab z = row_group * {tm} + i of a pass takes 8 rows",

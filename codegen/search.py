@@ -79,7 +79,7 @@ def _mma_candidates(problem: Problem, arch: str) -> dict[Config, float]:
                         c_source="shared" if atb else "global", stage_out=stage_out, stage_copy=stage_copy,
                         blocks_per_sm=blocks)
         spec = KernelSpec(problem, config)
-        if _valid(spec) and 64 <= spec.threads and _occupancy_ok(spec):
+        if _usable(spec):
             # Bulk copies first: on an H200 they beat vector copies of the same tile at
             # float64 atb 33..64 (2026-11-23: 83-92 % against 66-76 % of the read roofline)
             # and at most widths of ab from 18 (85-92 % against 74-89 % of the copy roofline).
@@ -109,9 +109,7 @@ def candidates(problem: Problem, limit: int = 16, arch: str = "sm_90") -> list[C
                         c_source="shared" if c_bytes <= 48 * 1024 else "global",
                         padded=padded, stage_out=stage_out, blocks_per_sm=blocks)
         spec = KernelSpec(problem, config)
-        if not 64 <= spec.threads <= 1024:
-            continue
-        if _valid(spec) and _occupancy_ok(spec):
+        if _usable(spec):
             found[config] = score(spec)
     if problem.dtype in MMA_DTYPES:
         found.update(_mma_candidates(problem, arch))
@@ -144,6 +142,11 @@ def _valid(spec: KernelSpec) -> bool:
         return False
 
 
+def _usable(spec: KernelSpec) -> bool:
+    """Valid, at least two warps, and within an SM's share at its blocks per SM."""
+    return _valid(spec) and 64 <= spec.threads and _occupancy_ok(spec)
+
+
 def neighbours(problem: Problem, config: Config) -> list[Config]:
     """Valid configurations one step from ``config`` in what the model ranks least
     reliably, the stage geometry and occupancy (rows per stage, row groups, stages,
@@ -168,6 +171,6 @@ def neighbours(problem: Problem, config: Config) -> list[Config]:
     for step in steps:
         moved = dataclasses.replace(c, **step)
         spec = KernelSpec(problem, moved)
-        if moved not in found and _valid(spec) and 64 <= spec.threads and _occupancy_ok(spec):
+        if moved not in found and _usable(spec):
             found.append(moved)
     return found

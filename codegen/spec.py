@@ -240,6 +240,11 @@ class KernelSpec:
             return group_m if width == self.problem.m else group_n
         return self.smem_stride(width)
 
+    def groups_padded(self, width: int) -> bool:
+        """Whether padding lies between the groups of staged rows of this width (else
+        the rows are evenly strided, and a bulk-staged chunk is one contiguous span)."""
+        return self.group_stride(width) != self.row_spacing * self.smem_stride(width)
+
     def stage_elements(self) -> tuple[int, int]:
         """Elements of the A and B areas of one stage, each a whole number of 16-byte
         vectors: padded rows, or the aligned window (one vector of slack for the shift)."""

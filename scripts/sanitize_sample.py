@@ -45,62 +45,35 @@ CASES = list(zip(
     (("ab_update", "complex64"), (20, 11), 1001),  # real view of y too
 ]
 # Bulk stage copies (a producer warp, transaction barriers), which the model never
-# picks: one span of rows taken 4 apart, 2 apart, and groups of 8 rows with padding
-# between them, one copy per group; floats 8 apart.
+# picks. atb: one span of rows taken 4 apart, 2 apart, and groups of 8 rows with
+# padding between them, one copy per group; floats 8 apart. ab: bulk copies in and
+# bulk stores out (two buffers of out in turn), A's rows read 4 apart, 2 apart and
+# 8 apart (padded groups); out's batch items start off a 16-byte boundary.
 BULK_CASES = [
-    ((57, 57), "float64", Config(tile_m=4, tile_n=4, mapping="blocked", row_groups=3, rows_per_stage=48, stages=3,
-                                 unroll=2, mma=True, stage_copy="bulk", blocks_per_sm=1)),
-    ((42, 42), "float64", Config(tile_m=3, tile_n=3, mapping="blocked", row_groups=2, rows_per_stage=32, stages=2,
-                                 unroll=2, mma=True, stage_copy="bulk")),
-    ((64, 8), "float64", Config(tile_m=4, tile_n=1, mapping="blocked", row_groups=1, rows_per_stage=32, stages=2,
-                                mma=True, stage_copy="bulk")),
-    ((33, 33), "float32", Config(tile_m=2, tile_n=3, mapping="blocked", row_groups=2, rows_per_stage=64, stages=3,
-                                 unroll=2, mma=True, stage_copy="bulk")),
+    ("atb", (57, 57), "float64", Config(tile_m=4, tile_n=4, mapping="blocked", row_groups=3, rows_per_stage=48,
+                                        stages=3, unroll=2, mma=True, stage_copy="bulk", blocks_per_sm=1)),
+    ("atb", (42, 42), "float64", Config(tile_m=3, tile_n=3, mapping="blocked", row_groups=2, rows_per_stage=32,
+                                        stages=2, unroll=2, mma=True, stage_copy="bulk")),
+    ("atb", (64, 8), "float64", Config(tile_m=4, tile_n=1, mapping="blocked", row_groups=1, rows_per_stage=32,
+                                       stages=2, mma=True, stage_copy="bulk")),
+    ("atb", (33, 33), "float32", Config(tile_m=2, tile_n=3, mapping="blocked", row_groups=2, rows_per_stage=64,
+                                        stages=3, unroll=2, mma=True, stage_copy="bulk")),
+    ("ab", (33, 33), "float64", Config(tile_m=2, tile_n=2, mapping="blocked", row_groups=2, rows_per_stage=64,
+                                       c_source="global", mma=True, stage_out=True, stage_copy="bulk",
+                                       blocks_per_sm=1)),
+    ("ab", (50, 7), "float64", Config(tile_m=2, tile_n=1, mapping="blocked", row_groups=1, rows_per_stage=32,
+                                      c_source="global", mma=True, stage_out=True, stage_copy="bulk")),
+    ("ab", (40, 9), "float64", Config(tile_m=2, tile_n=2, mapping="blocked", row_groups=4, rows_per_stage=64,
+                                      c_source="global", mma=True, stage_out=True, stage_copy="bulk")),
 ]
-for (m, n), dtype, config in BULK_CASES:
-    a, b = random((2, 1001, m), dtype), random((1, 1001, n), dtype)
-    with _dispatch.forced(KernelSpec(Problem("atb", dtype, m, n), config)):
-        got = jax_tsmm.atb(a, b)
-    want = a.swapaxes(-1, -2) @ b
+for op, (m, n), dtype, config in BULK_CASES:
+    a = random((2, 1001, m), dtype)
+    b = random((1, 1001, n) if op == "atb" else (1, m, n), dtype)
+    with _dispatch.forced(KernelSpec(Problem(op, dtype, m, n), config)):
+        got = jax_tsmm.atb(a, b) if op == "atb" else jax_tsmm.ab(a, b)
+    want = a.swapaxes(-1, -2) @ b if op == "atb" else a @ b
     err = np.abs(np.asarray(got) - want).max() / np.abs(want).max()
-    print(f"atb {dtype} {m}x{n} K=1001 ({config.stage_copy}): relative error {err:.1e}", flush=True)
+    print(f"{op} {dtype} {m}x{n} K=1001 ({config.stage_copy}): relative error {err:.1e}", flush=True)
     assert err < (1e-12 if dtype == "float64" else 1e-4), err
 
-# ab with bulk copies in and bulk stores out (two buffers of out in turn), A's rows
-# read 4 apart, 2 apart and 8 apart (padded groups); out's batch items start off a
-# 16-byte boundary.
-BULK_AB_CASES = [
-    ((33, 33), Config(tile_m=2, tile_n=2, mapping="blocked", row_groups=2, rows_per_stage=64, c_source="global",
-                      mma=True, stage_out=True, stage_copy="bulk", blocks_per_sm=1)),
-    ((50, 7), Config(tile_m=2, tile_n=1, mapping="blocked", row_groups=1, rows_per_stage=32, c_source="global",
-                     mma=True, stage_out=True, stage_copy="bulk")),
-    ((40, 9), Config(tile_m=2, tile_n=2, mapping="blocked", row_groups=4, rows_per_stage=64, c_source="global",
-                     mma=True, stage_out=True, stage_copy="bulk")),
-]
-for (m, n), config in BULK_AB_CASES:
-    a, c = random((2, 1001, m), "float64"), random((1, m, n), "float64")
-    with _dispatch.forced(KernelSpec(Problem("ab", "float64", m, n), config)):
-        got = jax_tsmm.ab(a, c)
-    want = a @ c
-    err = np.abs(np.asarray(got) - want).max() / np.abs(want).max()
-    print(f"ab float64 {m}x{n} K=1001 ({config.stage_copy}): relative error {err:.1e}", flush=True)
-    assert err < 1e-12, err
-
-for (op, dtype), (m, n), k in CASES:
-    with _dispatch.model_only():
-        a = random((2, k, m), dtype)
-        b = random((1, k, n) if op == "atb" else (1, m, n), dtype)
-        if op == "atb":
-            got = jax_tsmm.atb(a, b, conj=True)
-            want = np.conj(a).swapaxes(-1, -2) @ b
-        elif op == "ab":
-            got = jax_tsmm.ab(a, b)
-            want = a @ b
-        else:
-            y = random((2, k, n), dtype)
-            got = jax_tsmm.ab(a, b, out=y, alpha=-1, beta=0.5)
-            want = 0.5 * y - a @ b
-        err = np.abs(np.asarray(got) - want).max() / np.abs(want).max()
-        print(f"{op} {dtype} {m}x{n} K={k}: relative error {err:.1e}", flush=True)
-        assert err < 1e-4, err
 print("sample done")

@@ -230,10 +230,10 @@ def test_element_stage_copies(op, dtype, m, n):
 def test_bulk_stage_copies(dtype, m, n, k):
     """Config.stage_copy = "bulk": a producer warp stages each chunk with bulk copies
     (one span of unpadded rows taken 8, 4, 2 or 1 apart, or groups of 8 rows with
-    padding between them, one copy per group)
-    on transaction barriers, through many rounds of the ring, over batch items that
-    start off a 16-byte boundary where K * M is not a multiple of a vector, with a
-    ragged last chunk; and the same bits on every run."""
+    padding between them, one copy per group) on transaction barriers, through many
+    rounds of the ring, over batch items that start off a 16-byte boundary where
+    K * M is not a multiple of a vector, with a ragged last chunk; and the same bits
+    on every run."""
     rng = np.random.default_rng()
     problem = Problem("atb", dtype, m, n)
     probe = KernelSpec(problem, Config(mma=True, stage_copy="bulk", row_groups=2, rows_per_stage=64))
@@ -257,9 +257,9 @@ def test_bulk_stage_copies(dtype, m, n, k):
 def test_bulk_stage_copies_ab(m, n, k):
     """ab with Config.stage_copy = "bulk": A staged by a producer warp with bulk copies
     (unpadded rows read 4, 2 or 1 apart, or 8 apart from groups with padding between
-    them), out leaving each chunk as one bulk store
-    from two buffers in turn, through many rounds of the ring, over batch items of
-    out and A that start off a 16-byte boundary, with a ragged last chunk."""
+    them), out leaving each chunk as one bulk store from two buffers in turn, through
+    many rounds of the ring, over batch items of out and A that start off a 16-byte
+    boundary, with a ragged last chunk."""
     rng = np.random.default_rng()
     problem = Problem("ab", "float64", m, n)
     config = Config(tile_m=4, tile_n=min(2, -(-n // 8)), mapping="blocked", row_groups=2, rows_per_stage=64,
