@@ -419,8 +419,8 @@ def _staging(spec: KernelSpec, elem: str, operand: str, width: int) -> tuple[str
     return copy, f"{operand}_shift"
 
 
-def _block_prologue(spec: KernelSpec, arith: _Arith, b_name: str) -> list[str]:
-    p = spec.problem
+def _work_split(spec: KernelSpec, arith: _Arith, b_name: str) -> list[str]:
+    """The block's batch item, its operands and its share of the chunks of K."""
     e = arith.elem
     return [
         "// Work split: blockIdx.x = batch item * grid_k + the block's first chunk of K.",
@@ -431,6 +431,12 @@ def _block_prologue(spec: KernelSpec, arith: _Arith, b_name: str) -> list[str]:
         f"const long long num_chunks = (args.k + {spec.rows_per_chunk} - 1) / {spec.rows_per_chunk};",
         "const long long my_chunks = first_chunk < num_chunks ? (num_chunks - first_chunk + args.grid_k - 1) / args.grid_k : 0;",
         "const int tid = threadIdx.x;",
+    ]
+
+
+def _block_prologue(spec: KernelSpec, arith: _Arith, b_name: str) -> list[str]:
+    p = spec.problem
+    return _work_split(spec, arith, b_name) + [
         "extern __shared__ __align__(16) unsigned char tsmm_smem[];",
         "",
         "// Every stage starts a whole number of 16-byte vectors into the matrix, so one",
@@ -794,15 +800,9 @@ def _emit_ab(spec: KernelSpec) -> str:
     e = ar.elem
     passes = spec.rows_per_chunk // spec.rows_per_pass
 
-    body = _block_prologue(spec, ar, "c")
+    body = _block_prologue(spec, ar, "c") + _ab_out(spec, e)
     if p.update:
         body += [
-            "// Fused update (BLAS's beta * y + alpha * A C): y is read in the pass that writes",
-            "// out, and only where beta is nonzero. No __restrict__: y may be out itself, which",
-            "// is safe because each element is read and then written by the same thread.",
-            f"{e}* out = static_cast<{e}*>(args.out) + item * args.k * {p.n};",
-            f"const {e}* y = static_cast<const {e}*>(args.y) + item * args.k * {p.n};",
-            "const bool read_y = args.beta[0] != 0 || args.beta[1] != 0;",
             *([] if spec.config.stage_out else [
                 f"auto update = [&]({e} acc, {e} y_value) {{",
                 "  return read_y ? tsmm_add(tsmm_scale(args.alpha, acc), tsmm_scale(args.beta, y_value))",
@@ -810,8 +810,6 @@ def _emit_ab(spec: KernelSpec) -> str:
                 "};",
             ]),
         ]
-    else:
-        body += [f"{e}* __restrict__ out = static_cast<{e}*>(args.out) + item * args.k * {p.n};"]
     setup, tile_pass = (_ab_mma_tiles if spec.config.mma else _ab_fma_tiles)(spec, ar)
     body += [
         "",
@@ -850,6 +848,144 @@ def _emit_ab(spec: KernelSpec) -> str:
         if spec.config.stage_out:
             consume += _ab_copy_out(spec, e)
         body += [""] + _pipeline(spec, [_staging(spec, e, "a", p.m)[0]], consume)
+    return _kernels(spec, [(spec.name, spec.threads, body)])
+
+
+def _ab_out(spec: KernelSpec, e: str) -> list[str]:
+    """out (and the fused update's y) of the block's batch item."""
+    p = spec.problem
+    if not p.update:
+        return [f"{e}* __restrict__ out = static_cast<{e}*>(args.out) + item * args.k * {p.n};"]
+    return [
+        "// Fused update (BLAS's beta * y + alpha * A C): y is read in the pass that writes",
+        "// out, and only where beta is nonzero. No __restrict__: y may be out itself, which",
+        "// is safe because each element is read and then written by the same thread.",
+        f"{e}* out = static_cast<{e}*>(args.out) + item * args.k * {p.n};",
+        f"const {e}* y = static_cast<const {e}*>(args.y) + item * args.k * {p.n};",
+        "const bool read_y = args.beta[0] != 0 || args.beta[1] != 0;",
+    ]
+
+
+def _emit_ab_flat(spec: KernelSpec) -> str:
+    """Flat mapping (Config.mapping): out as one span of 16-byte vectors, a pass of
+    the block's threads covering whole rows, vector `tid` of each pass to this
+    thread. Its elements' columns, and C's values for them, never change; their
+    rows of A come through L1, where the lanes of a row share each line. No
+    staging and no barriers: for products whose traffic is mostly out's writes,
+    every warp's store is one contiguous span whatever N is."""
+    p, c = spec.problem, spec.config
+    ar = _Arith(p)
+    e = ar.elem
+    vec, n, m = p.vector_elements, p.n, p.m
+    reach = spec.flat_rows
+    window = n % vec != 0
+    passes = c.rows_per_stage // spec.rows_per_pass
+    body = _work_split(spec, ar, "c") + _ab_out(spec, e) + [""]
+    if window:
+        body += [
+            "// Rows of out are not whole vectors: the item's out starts `shift` elements past a",
+            "// 16-byte boundary, and the vectors of that aligned window are dealt out,",
+            f"// {spec.threads} a pass ({spec.rows_per_pass} rows); its ragged ends go element by element.",
+            "const int shift = tsmm_misalignment(out);",
+            f"{e}* const out_window = out - shift;",
+            *([f"const {e}* const y_window = y - shift;",
+               "const bool y_vectors = tsmm_misalignment(y) == shift;  // else y is read element by element"]
+              if p.update else []),
+            "// Element i of this thread's vector: its column, and its row relative to the pass",
+            f"// (kept nonnegative by adding {vec} rows before dividing; -1: the previous row).",
+        ]
+        for i in range(vec):
+            body += [
+                f"const int place{i} = tid * {vec} + {i} - shift + {n * vec};",
+                f"const int col{i} = place{i} % {n};",
+                f"const int pass_row{i} = place{i} / {n} - {vec};",
+            ]
+        body += ["// The vector may straddle rows: element i takes row `row` + from<i> of A."]
+        body += [f"const int from{i} = pass_row{i} - pass_row0;" for i in range(1, vec)]
+    else:
+        body += [
+            f"// Rows of out are whole vectors, dealt out {spec.threads} a pass ({spec.rows_per_pass} rows):",
+            "// this thread's elements share one row. They go out as one 16-byte store where",
+            "// out is aligned (XLA's buffers are), else element by element.",
+            f"{e}* const out_window = out;",
+            "const bool out_vectors = tsmm_misalignment(out) == 0;",
+            *([f"const {e}* const y_window = y;", "const bool y_vectors = tsmm_misalignment(y) == 0;"]
+              if p.update else []),
+            f"const int col0 = tid * {vec} % {n};",
+            *[f"const int col{i} = col0 + {i};" for i in range(1, vec)],
+            f"const int pass_row0 = tid * {vec} / {n};",
+        ]
+    body += [
+        "// C's column of each element, in registers for the whole walk over K.",
+        *[f"const {e} c{i}_{k} = c[{k * n} + col{i}];" for i in range(vec) for k in range(m)],
+    ]
+
+    def operand(i: int, k: int) -> str:
+        if not window or i == 0:
+            return f"a0_{k}"
+        chain = f"a{reach - 1}_{k}"
+        for d in range(reach - 2, -1, -1):
+            chain = f"(from{i} == {d} ? a{d}_{k} : {chain})"
+        return chain
+
+    loads = [
+        f"const {e}* a_row0 = a + min(max(row, 0LL), args.k - 1) * {m};",
+        *[f"const {e} a0_{k} = __ldg(a_row0 + {k});" for k in range(m)],
+    ]
+    for d in range(1, reach):
+        loads += [
+            f"{e} " + ", ".join(f"a{d}_{k} = a0_{k}" for k in range(m)) + ";",
+            f"if (from{vec - 1} >= {d}) {{  // this thread's vector reaches row {d} past its first",
+            f"  const {e}* a_row{d} = a + min(row + {d}, args.k - 1) * {m};",
+            *[f"  a{d}_{k} = __ldg(a_row{d} + {k});" for k in range(m)],
+            "}",
+        ]
+
+    def result(i: int, y_value: str) -> str:
+        if not p.update:
+            return f"acc{i}"
+        return (f"read_y ? tsmm_add(tsmm_scale(args.alpha, acc{i}), tsmm_scale(args.beta, {y_value})) "
+                f": tsmm_scale(args.alpha, acc{i})")
+
+    whole = [f"TsmmVector<{e}> value;"]
+    if p.update:
+        whole += [
+            f"TsmmVector<{e}> y_value;",
+            "if (read_y && y_vectors) {",
+            f"  y_value = tsmm_load_global_vector(y_window + vector * {vec});",
+            "} else if (read_y) {",
+            *[f"  y_value.e[{i}] = y_window[vector * {vec} + {i}];" for i in range(vec)],
+            "}",
+        ]
+    whole += [f"value.e[{i}] = {result(i, f'y_value.e[{i}]')};" for i in range(vec)]
+    whole += [f"tsmm_store_global_vector(out_window + vector * {vec}, value);"]
+    ragged = []
+    for i in range(vec):
+        row_i = f"row + from{i}" if window and i > 0 else "row"
+        at = f"vector * {vec} + {i}"
+        ragged += [f"if ({row_i} >= 0 && {row_i} < args.k) out_window[{at}] = {result(i, f'y_window[{at}]')};"]
+    whole_test = f"row >= 0 && row + from{vec - 1} < args.k" if window else "out_vectors && row < args.k"
+    body += [
+        "",
+        "for (long long step = 0; step < my_chunks; ++step) {",
+        "  const long long chunk = first_chunk + step * args.grid_k;",
+        f"  #pragma unroll {c.unroll}",
+        f"  for (int pass = 0; pass < {passes}; ++pass) {{",
+        f"    const long long row = chunk * {c.rows_per_stage} + pass * {spec.rows_per_pass} + pass_row0;",
+        "    if (row >= args.k) break;",
+        "    // A's rows for this vector, clamped inside the matrix (elements outside are not stored).",
+        *["    " + line for line in loads],
+        *[f"    {e} acc{i} = {ar.zero()};" for i in range(vec)],
+        *["    " + line for i in range(vec) for k in range(m) for line in ar.fma(f"acc{i}", operand(i, k), f"c{i}_{k}")],
+        f"    const long long vector = chunk * {c.rows_per_stage * n // vec} + pass * {spec.threads} + tid;",
+        f"    if ({whole_test}) {{",
+        *["      " + line for line in whole],
+        "    } else {",
+        *["      " + line for line in ragged],
+        "    }",
+        "  }",
+        "}",
+    ]
     return _kernels(spec, [(spec.name, spec.threads, body)])
 
 
@@ -1117,7 +1253,9 @@ def _kernels(spec: KernelSpec, kernels: list[tuple[str, int | None, list[str]]])
 def kernel_source(spec: KernelSpec) -> str:
     """The kernels of ``spec`` without the shared prelude; raises InvalidSpec for a bad spec."""
     validate(spec)
-    return _emit_atb(spec) if spec.problem.op == "atb" else _emit_ab(spec)
+    if spec.problem.op == "atb":
+        return _emit_atb(spec)
+    return _emit_ab_flat(spec) if spec.flat else _emit_ab(spec)
 
 
 def module_source(specs: list[KernelSpec]) -> str:

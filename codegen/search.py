@@ -9,13 +9,16 @@ import itertools
 import math
 
 from .model import _split, default_config
-from .spec import MMA_DTYPES, Config, InvalidSpec, KernelSpec, Problem, validate
+from .spec import FLAT_MAX_M, MMA_DTYPES, Config, InvalidSpec, KernelSpec, Problem, validate
 
 SM_REGISTERS = 65536
 SM_SHARED_BYTES = 228 * 1024
 SM_THREADS = 2048
 STAGE_BYTES = (8 * 1024, 16 * 1024, 32 * 1024)
 WAVES = 8
+FLAT_THREADS = (256, 128, 512)  # the first is the flat mapping's own starting point
+FLAT_PASSES = (4, 1, 16)
+FLAT_WAVES = (8, 1, 64)
 
 
 def _tile_widths(extent: int) -> list[int]:
@@ -89,6 +92,39 @@ def _mma_candidates(problem: Problem, arch: str) -> dict[Config, float]:
     return found
 
 
+def flat_candidates(problem: Problem) -> list[Config]:
+    """The flat mapping (ab with M up to FLAT_MAX_M), which no score ranks against
+    the tiles: a start of about 256 threads, 4 passes a chunk, 8 waves of blocks and
+    as many blocks per SM as the registers allow, then that start with one of
+    threads, passes or waves moved (the tuner's neighbours refine the rest)."""
+    if problem.op != "ab" or problem.m > FLAT_MAX_M:
+        return []
+    unit = KernelSpec(problem, Config(mapping="flat", row_groups=1, c_source="global")).threads
+    warp_multiple = 32 // math.gcd(32, unit)  # row groups that make whole warps
+
+    def config(threads: int, passes: int, waves: int) -> Config | None:
+        row_groups = max(1, round(threads / unit / warp_multiple)) * warp_multiple
+        if row_groups * unit > 1024:
+            row_groups = max(1, threads // unit)
+        probe = KernelSpec(problem, Config(mapping="flat", row_groups=row_groups, c_source="global"))
+        rows = math.lcm(probe.rows_per_pass, problem.vector_elements) * passes
+        registers = max(probe.estimated_registers(), 32)
+        blocks = max(1, min(SM_THREADS // probe.threads, SM_REGISTERS // (probe.threads * registers)))
+        found = Config(mapping="flat", row_groups=row_groups, rows_per_stage=rows, unroll=2, c_source="global",
+                       blocks_per_sm=blocks, waves=waves)
+        return found if _usable(KernelSpec(problem, found)) else None
+
+    start = (FLAT_THREADS[0], FLAT_PASSES[0], FLAT_WAVES[0])
+    moves = [start] + [(t, start[1], start[2]) for t in FLAT_THREADS[1:]] \
+        + [(start[0], p, start[2]) for p in FLAT_PASSES[1:]] + [(start[0], start[1], w) for w in FLAT_WAVES[1:]]
+    found = []
+    for move in moves:
+        c = config(*move)
+        if c is not None and c not in found:
+            found.append(c)
+    return found
+
+
 def candidates(problem: Problem, limit: int = 16, arch: str = "sm_90") -> list[Config]:
     """Up to ``limit`` valid configurations for GPUs of ``arch``, best-scored first, the
     model's default among them."""
@@ -126,11 +162,13 @@ def candidates(problem: Problem, limit: int = 16, arch: str = "sm_90") -> list[C
         default = default_config(problem)
     except InvalidSpec:
         return ranked[:limit]
-    # The model's own tile with bulk copies next, where the GPU and the layout allow them.
+    # The model's own tile with bulk copies next, where the GPU and the layout allow them,
+    # then the flat mapping's start and two of its variants.
     firsts = [default]
     with_bulk = dataclasses.replace(default, stage_copy="bulk")
     if _has_bulk_copies(arch) and _valid(KernelSpec(problem, with_bulk)):
         firsts.append(with_bulk)
+    firsts += [c for c in flat_candidates(problem)[:3] if c not in firsts]
     return firsts + [c for c in ranked if c not in firsts][: limit - len(firsts)]
 
 
@@ -163,8 +201,12 @@ def neighbours(problem: Problem, config: Config) -> list[Config]:
     for row_groups in {c.row_groups - 1, c.row_groups + 1, c.row_groups * 2, c.row_groups // 2} - {0, c.row_groups}:
         moved = dataclasses.replace(c, row_groups=row_groups)
         steps.append(dict(row_groups=row_groups, rows_per_stage=passes * KernelSpec(problem, moved).rows_per_pass))
-    steps += [dict(stages=s) for s in (c.stages - 1, c.stages + 1) if 2 <= s <= 6]
-    steps += [dict(blocks_per_sm=b) for b in (c.blocks_per_sm - 1, c.blocks_per_sm + 1) if 1 <= b <= 4]
+    if c.mapping == "flat":  # nothing is staged; the grid's depth matters instead
+        steps += [dict(waves=w) for w in (c.waves // 4, c.waves * 4) if 1 <= w <= 256 and w != c.waves]
+    else:
+        steps += [dict(stages=s) for s in (c.stages - 1, c.stages + 1) if 2 <= s <= 6]
+    most_blocks = SM_THREADS // KernelSpec(problem, c).threads if c.mapping == "flat" else 4
+    steps += [dict(blocks_per_sm=b) for b in (c.blocks_per_sm - 1, c.blocks_per_sm + 1) if 1 <= b <= most_blocks]
     if problem.op == "atb" and c.tile_m != c.tile_n:
         steps.append(dict(tile_m=c.tile_n, tile_n=c.tile_m))
     found = []

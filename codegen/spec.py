@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import math
 from dataclasses import dataclass
 
 OPS = ("atb", "ab")
@@ -25,6 +26,7 @@ DTYPES = {
 MAX_THREADS = 1024
 MAX_SHARED_BYTES = 227 * 1024  # Hopper's opt-in limit per block
 MAX_REGISTERS = 255
+FLAT_MAX_M = 16  # flat ab keeps C's columns for a thread's elements in registers: M x vector elements
 STAGE_COPIES = ("vector", "element", "bulk")
 # DMMA (FP64 tensor cores) serves float32 too: widened to double on the way from
 # shared memory to the fragments (exact), accumulated in double.
@@ -80,6 +82,13 @@ class Config:
     mapping          "interleaved": a thread's tile takes every (tiles)-th
                      index, so neighbouring threads read neighbouring shared
                      words (the transposed mapping); "blocked": contiguous.
+                     "flat" (ab, FMA, tile 1x1, M up to FLAT_MAX_M): out is
+                     one span of 16-byte vectors dealt out to the threads a
+                     pass of whole rows at a time, each thread computing whole
+                     vectors from its row of A (read through L1) and C's
+                     columns for its elements (in registers): nothing is
+                     staged, and every warp stores one contiguous span, for
+                     products whose traffic is mostly out's writes.
     row_groups       threads that split the rows of a stage (atb), or the
                      row tiles side by side (ab); the thread-count factor.
     rows_per_stage   rows of A (and B) staged per pipeline step.
@@ -178,8 +187,24 @@ class KernelSpec:
         return _ceil_div(p.n, c.tile_n)
 
     @property
+    def flat(self) -> bool:
+        return self.config.mapping == "flat"
+
+    @property
+    def flat_rows(self) -> int:
+        """Flat ab: rows of A one thread's vector of out may touch (more than one only where
+        rows of out are not whole vectors: then a vector may straddle rows)."""
+        p = self.problem
+        vec = p.vector_elements
+        return 1 if p.n % vec == 0 else (p.n + vec - 2) // p.n + 1
+
+    @property
     def consumer_threads(self) -> int:
-        """Threads that compute (all of them, unless a producer warp stages the rows)."""
+        """Threads that compute (all of them, unless a producer warp stages the rows). Flat
+        ab: row_groups times the fewest threads whose vectors of out span whole rows."""
+        p = self.problem
+        if self.flat:
+            return self.config.row_groups * p.n // math.gcd(p.n, p.vector_elements)
         return self.tiles_m * self.tiles_n * self.config.row_groups * (32 if self.config.mma else 1)
 
     @property
@@ -205,8 +230,10 @@ class KernelSpec:
     @property
     def rows_per_pass(self) -> int:
         """Rows one pass of all the block's threads covers; stages hold whole passes."""
-        c = self.config
-        if self.problem.op == "ab":
+        p, c = self.problem, self.config
+        if self.flat:
+            return self.threads * p.vector_elements // p.n
+        if p.op == "ab":
             return c.row_groups * c.tile_m * (8 if c.mma else 1)
         return c.row_groups * (4 * self.row_spacing if c.mma else 1)
 
@@ -250,6 +277,8 @@ class KernelSpec:
         vectors: padded rows, or the aligned window (one vector of slack for the shift)."""
         p, c = self.problem, self.config
         vec = p.vector_elements
+        if self.flat:
+            return 0, 0
 
         def area(width: int) -> int:
             if self.bulk:  # the operand's misalignment (shift) is mirrored, padded or not
@@ -318,6 +347,9 @@ class KernelSpec:
         row step, plus a fixed allowance for addresses, indices and the loader."""
         p, c = self.problem, self.config
         words = (2 if p.real_type == "double" or c.mma else 1) * p.components  # DMMA works in double
+        if self.flat:  # C's columns, A's rows, the vector of out (and y's)
+            vec = p.vector_elements
+            return (p.m * vec + self.flat_rows * p.m + vec * (2 if p.update else 1)) * words + 40
         outputs = c.tile_m * c.tile_n * (2 if c.mma else 1)  # a DMMA block: 2 per lane
         operands = (c.tile_m + c.tile_n) * words
         if c.mma and p.op == "ab":  # C's fragments stay in registers
@@ -414,8 +446,15 @@ def validate(spec: KernelSpec) -> None:
         errors.append("update applies to ab only")
     if c.stage_out and p.op != "ab":
         errors.append("stage_out applies to ab only")
-    if c.mapping not in ("interleaved", "blocked"):
-        errors.append(f"mapping must be 'interleaved' or 'blocked', got {c.mapping!r}")
+    if c.mapping not in ("interleaved", "blocked", "flat"):
+        errors.append(f"mapping must be 'interleaved', 'blocked' or 'flat', got {c.mapping!r}")
+    if c.mapping == "flat" and not (
+        p.op == "ab" and p.m <= FLAT_MAX_M and not c.mma and (c.tile_m, c.tile_n) == (1, 1) and c.c_source == "global"
+        and not c.stage_out and not c.padded and c.stage_copy == "vector"
+    ):
+        errors.append(f"the flat mapping serves FMA ab with M up to {FLAT_MAX_M}, a 1x1 tile, C from global memory, "
+                      "nothing staged or padded")
+        raise InvalidSpec(f"{spec.name}: " + "; ".join(errors))
     if c.stage_copy not in STAGE_COPIES:
         errors.append(f"stage_copy must be one of {STAGE_COPIES}, got {c.stage_copy!r}")
     if c.c_source not in ("shared", "global"):

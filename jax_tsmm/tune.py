@@ -160,6 +160,18 @@ def entries_from_bench(reports: list[dict]) -> dict[str, list[dict]]:
     return {key: [by_k[k] for k in sorted(by_k)] for key, by_k in measured.items()}
 
 
+def parse_shapes(text: str) -> list[tuple[int, int]]:
+    """"1-3,13x48" -> [(1, 1), (2, 2), (3, 3), (13, 48)]."""
+    shapes = []
+    for part in text.split(","):
+        if "x" in part:
+            m, n = part.split("x")
+            shapes.append((int(m), int(n)))
+        else:
+            shapes += [(w, w) for w in bench.parse_widths(part)]
+    return shapes
+
+
 def _tuned_already(entries: list[dict]) -> bool:
     """Whether the tuner wrote these entries (bench-made ones are tuned over)."""
     return bool(entries) and not any(entry.get("source", "").startswith("bench") for entry in entries)
@@ -175,7 +187,7 @@ def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--ops", default="atb,ab")
     parser.add_argument("--dtypes", default="float64,float32,complex128,complex64")
-    parser.add_argument("--shapes", default="1-64", help="M = N values, e.g. 1-64 or 3,8")
+    parser.add_argument("--shapes", default="1-64", help="M = N values and M x N pairs, e.g. 1-64 or 3,8,13x48")
     parser.add_argument("--candidates", type=int, default=12)
     parser.add_argument("--refine", type=int, default=2,
                         help="rounds of local search around the fastest candidate (0: none)")
@@ -211,8 +223,8 @@ def main(argv=None) -> None:
     db = json.loads(path.read_text()) if path.exists() else {"entries": {}}
     ceilings = bench.measure_ceilings()
     db.update(device=device, arch=arch, ceilings=ceilings)
-    problems = [Problem(op, dtype, w, w) for dtype in args.dtypes.split(",") for op in args.ops.split(",")
-                for w in bench.parse_widths(args.shapes)]
+    problems = [Problem(op, dtype, m, n) for dtype in args.dtypes.split(",") for op in args.ops.split(",")
+                for m, n in parse_shapes(args.shapes)]
     for index, problem in enumerate(problems):
         key = _dispatch.problem_key(problem)
         if _tuned_already(db["entries"].get(key, [])):

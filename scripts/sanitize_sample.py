@@ -48,7 +48,8 @@ CASES = list(zip(
 # picks. atb: one span of rows taken 4 apart, 2 apart, and groups of 8 rows with
 # padding between them, one copy per group; floats 8 apart. ab: bulk copies in and
 # bulk stores out (two buffers of out in turn), A's rows read 4 apart, 2 apart and
-# 8 apart (padded groups); out's batch items start off a 16-byte boundary.
+# 8 apart (padded groups); out's batch items start off a 16-byte boundary. Then the
+# flat mapping, which the model never picks either.
 BULK_CASES = [
     ("atb", (57, 57), "float64", Config(tile_m=4, tile_n=4, mapping="blocked", row_groups=3, rows_per_stage=48,
                                         stages=3, unroll=2, mma=True, stage_copy="bulk", blocks_per_sm=1)),
@@ -65,6 +66,11 @@ BULK_CASES = [
                                       c_source="global", mma=True, stage_out=True, stage_copy="bulk")),
     ("ab", (40, 9), "float64", Config(tile_m=2, tile_n=2, mapping="blocked", row_groups=4, rows_per_stage=64,
                                       c_source="global", mma=True, stage_out=True, stage_copy="bulk")),
+    # The flat mapping (no staging): vectors of out straddling rows (3 x 7, floats 2 x 3), whole rows (13 x 48).
+    ("ab", (3, 7), "float64", Config(mapping="flat", row_groups=32, rows_per_stage=128, unroll=2, c_source="global")),
+    ("ab", (2, 3), "float32", Config(mapping="flat", row_groups=32, rows_per_stage=128, c_source="global")),
+    ("ab", (13, 48), "float64", Config(mapping="flat", row_groups=12, rows_per_stage=48, c_source="global",
+                                       blocks_per_sm=1)),
 ]
 for op, (m, n), dtype, config in BULK_CASES:
     a = random((2, 1001, m), dtype)
@@ -73,7 +79,7 @@ for op, (m, n), dtype, config in BULK_CASES:
         got = jax_tsmm.atb(a, b) if op == "atb" else jax_tsmm.ab(a, b)
     want = a.swapaxes(-1, -2) @ b if op == "atb" else a @ b
     err = np.abs(np.asarray(got) - want).max() / np.abs(want).max()
-    print(f"{op} {dtype} {m}x{n} K=1001 ({config.stage_copy}): relative error {err:.1e}", flush=True)
+    print(f"{op} {dtype} {m}x{n} K=1001 ({config.mapping}, {config.stage_copy}): relative error {err:.1e}", flush=True)
     assert err < (1e-12 if dtype == "float64" else 1e-4), err
 
 print("sample done")

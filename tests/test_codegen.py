@@ -12,7 +12,7 @@ import pytest
 from jax_tsmm import _kernels
 from jax_tsmm.codegen import Config, InvalidSpec, KernelSpec, Problem, default_config, module_source, validate
 from jax_tsmm.codegen.prebuilt import prebuilt_specs
-from jax_tsmm.codegen.search import candidates, neighbours
+from jax_tsmm.codegen.search import candidates, flat_candidates, neighbours
 
 DTYPES = ("float32", "float64", "complex64", "complex128")
 
@@ -59,6 +59,12 @@ def _sample_specs() -> list[KernelSpec]:
         (Problem("ab", "float64", 33, 7), Config(tile_m=2, tile_n=1, mapping="blocked", row_groups=2, rows_per_stage=64, c_source="global", mma=True, stage_out=True, stage_copy="bulk")),
         (Problem("ab", "float64", 50, 50), Config(tile_m=2, tile_n=1, mapping="blocked", row_groups=1, rows_per_stage=32, c_source="global", mma=True, stage_out=True, stage_copy="bulk", blocks_per_sm=1)),
         (Problem("ab", "float64", 20, 64), Config(tile_m=1, tile_n=2, mapping="blocked", row_groups=3, rows_per_stage=48, stages=4, c_source="global", mma=True, stage_out=True, stage_copy="bulk")),
+        # the flat mapping: rows of whole vectors (13 x 48), vectors straddling 2 and 4 rows, complex, the update
+        (Problem("ab", "float64", 13, 48), Config(mapping="flat", row_groups=12, rows_per_stage=48, c_source="global", blocks_per_sm=1)),
+        (Problem("ab", "float64", 3, 7), Config(mapping="flat", row_groups=32, rows_per_stage=256, unroll=2, c_source="global", waves=8)),
+        (Problem("ab", "float32", 1, 1, update=True), Config(mapping="flat", row_groups=64, rows_per_stage=1024, unroll=4, c_source="global")),
+        (Problem("ab", "complex64", 5, 7, conj=True, update=True), Config(mapping="flat", row_groups=32, rows_per_stage=128, c_source="global")),
+        (Problem("ab", "complex128", 4, 4), Config(mapping="flat", row_groups=64, rows_per_stage=64, c_source="global")),
     ]
     return specs + [KernelSpec(p, c) for p, c in variants]
 
@@ -107,6 +113,52 @@ def test_invalid_specs_are_rejected_with_a_reason(change, reason):
     spec = KernelSpec(Problem("atb", "float64", 8, 8), dataclasses.replace(base, **change))
     with pytest.raises(InvalidSpec, match=reason):
         validate(spec)
+
+
+@pytest.mark.parametrize("problem, change", [
+    (Problem("atb", "float64", 4, 4), {}),
+    (Problem("ab", "float64", 17, 4), {}),
+    (Problem("ab", "float64", 4, 4), dict(mma=True)),
+    (Problem("ab", "float64", 4, 4), dict(tile_n=2)),
+    (Problem("ab", "float64", 4, 4), dict(c_source="shared")),
+    (Problem("ab", "float64", 4, 4), dict(stage_out=True)),
+])
+def test_flat_mapping_serves_narrow_fma_ab_only(problem, change):
+    config = dataclasses.replace(Config(mapping="flat", row_groups=64, rows_per_stage=128, c_source="global"), **change)
+    with pytest.raises(InvalidSpec, match="flat"):
+        validate(KernelSpec(problem, config))
+
+
+@pytest.mark.parametrize("dtype, n", [("float64", 7), ("float64", 8), ("float32", 3), ("float32", 1),
+                                      ("complex64", 5), ("complex128", 3)])
+def test_flat_passes_cover_whole_rows(dtype, n):
+    """A pass of the flat mapping is a whole number of rows of out, so each thread's
+    columns never change; a vector reaches as many rows as it can straddle."""
+    problem = Problem("ab", dtype, 4, n)
+    for row_groups in (1, 3, 32):
+        spec = KernelSpec(problem, Config(mapping="flat", row_groups=row_groups, c_source="global"))
+        assert spec.threads * problem.vector_elements == spec.rows_per_pass * n
+        assert spec.shared_bytes == 0
+    vec = problem.vector_elements
+    reach = max(len({(place // n) for place in range(first, first + vec)})
+                for first in range(0, n * vec, 1)) if n % vec else 1
+    assert spec.flat_rows == reach
+
+
+def test_flat_candidates_for_narrow_ab():
+    """The tuner tries the flat mapping for ab up to FLAT_MAX_M wide, whole warps a
+    block where the row's vectors allow, as many blocks per SM as the registers
+    allow; not for atb or wider A."""
+    for m, n in ((1, 8), (3, 7), (13, 48), (16, 16)):
+        problem = Problem("ab", "float64", m, n)
+        found = flat_candidates(problem)
+        assert found and found[0] in candidates(problem, 8, "sm_90")
+        for config in found:
+            spec = KernelSpec(problem, config)
+            validate(spec)
+            assert spec.threads % 32 == 0
+            assert config.blocks_per_sm * spec.threads * spec.estimated_registers() <= 65536
+    assert not flat_candidates(Problem("ab", "float64", 17, 4)) and not flat_candidates(Problem("atb", "float64", 4, 4))
 
 
 def test_bad_problems_are_rejected():
@@ -232,6 +284,19 @@ def test_neighbours_are_valid_one_step_moves(problem):
             assert config.rows_per_stage == passes * KernelSpec(problem, config).rows_per_pass
 
 
+def test_flat_neighbours_move_the_grid_not_the_ring():
+    """The flat mapping stages nothing: its neighbours move rows per stage, row
+    groups, blocks per SM and waves of blocks, never stages."""
+    problem = Problem("ab", "float64", 3, 7)
+    start = flat_candidates(problem)[0]
+    moves = neighbours(problem, start)
+    assert any(c.waves != start.waves for c in moves)
+    for config in moves:
+        validate(KernelSpec(problem, config))
+        changed = {f for f in dataclasses.asdict(start) if getattr(config, f) != getattr(start, f)}
+        assert changed and changed <= {"rows_per_stage", "row_groups", "blocks_per_sm", "waves"}
+
+
 def test_names_identify_the_source():
     p = Problem("atb", "float64", 5, 5)
     c = default_config(p)
@@ -258,7 +323,7 @@ def test_sample_compiles_for_sm90_without_warnings(tmp_path):
     specs = _sample_specs()
     assert any(s.config.mma for s in specs) and any(s.config.m_panels > 1 for s in specs)
     options = {(s.config.mapping, s.config.c_source, s.config.stages, s.problem.op) for s in specs}
-    assert {"interleaved", "blocked"} <= {o[0] for o in options}
+    assert {"interleaved", "blocked", "flat"} <= {o[0] for o in options}
     assert {"shared", "global"} <= {o[1] for s in specs if s.problem.op == "ab" for o in [(s.config.mapping, s.config.c_source)]}
     assert {2, 3, 4} <= {o[2] for o in options}
     _nvcc_compile(specs, tmp_path)

@@ -24,6 +24,7 @@ import jax_tsmm
 import jax_tsmm.linalg
 from jax_tsmm import _cuda, _dispatch, _kernels
 from jax_tsmm.codegen import Config, KernelSpec, Problem, default_config
+from jax_tsmm.codegen.search import flat_candidates
 from jax_tsmm.codegen.spec import MAX_SHARED_BYTES
 from jax import lax
 from reference import ab_ref, assert_close, magnitude, random_operand, to_wide, unit_roundoff
@@ -269,6 +270,43 @@ def test_bulk_stage_copies_ab(m, n, k):
     with _dispatch.forced(spec):
         out = run("ab", a, c)
     assert_close(out, a, c, op="ab", err_msg=spec.name)
+
+
+@pytest.mark.parametrize("m, n", [(1, 8), (3, 7), (13, 48), (1, 1), (5, 3), (16, 16)])
+@pytest.mark.parametrize("k", [37, 100_003])
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_flat_mapping_ab(dtype, m, n, k):
+    """ab with Config.mapping = "flat": out as one span of 16-byte vectors in passes
+    of whole rows, vectors that straddle rows where N is not a multiple of the
+    vector, batch items of out that start off a 16-byte boundary (odd K*N), a
+    ragged last chunk, and blocks that walk several chunks (one wave)."""
+    rng = np.random.default_rng()
+    problem = Problem("ab", dtype, m, n)
+    spec = KernelSpec(problem, dataclasses.replace(flat_candidates(problem)[0], waves=1))
+    a, c = operands(rng, "ab", dtype, k, m, n, (3,), (1,))
+    with _dispatch.forced(spec):
+        out = run("ab", a, c)
+    assert_close(out, a, c, op="ab", err_msg=spec.name)
+
+
+@pytest.mark.parametrize("dtype, m, n", [("float64", 3, 7), ("float32", 2, 3), ("complex64", 5, 7),
+                                         ("complex128", 4, 4)])
+def test_flat_mapping_update_in_place(dtype, m, n):
+    """The flat mapping's fused update, y read as vectors (aligned items) or element
+    by element (items off a 16-byte boundary), out written over y."""
+    rng = np.random.default_rng()
+    k, batch, alpha, beta = 10_001, (3,), 1.5, -0.5
+    problem = Problem("ab", dtype, m, n, update=True)
+    spec = KernelSpec(problem, flat_candidates(problem)[0])
+    a = random_operand(rng, batch + (k, m), dtype)
+    c = random_operand(rng, (m, n), dtype)
+    y = random_operand(rng, batch + (k, n), dtype)
+    y_wide = to_wide(y)
+    want = alpha * ab_ref(a, c) + beta * y_wide
+    with _dispatch.forced(spec):
+        got = jax.jit(lambda a, c, y: jax_tsmm.ab(a, c, out=y, alpha=alpha, beta=beta), donate_argnums=2)(a, c, y)
+    bound = 16 * unit_roundoff(dtype) * (abs(alpha) * magnitude("ab", a, c) + abs(beta) * np.abs(y_wide))
+    assert np.all(np.abs(to_wide(got) - want) <= bound + 1e-30), spec.name
 
 
 @pytest.mark.parametrize("k", [1, 31, 33, 1000, 10**6 + 7])

@@ -124,3 +124,7 @@ def test_from_bench_replaces_only_the_k_ranges_it_measured(tmp_path):
     entries = json.loads(db.read_text())["entries"]
     assert [(e["k_min"], e["config"] is not None) for e in entries["atb:float64:7x5"]] == [(1024, False), (largest, True)]
     assert entries["ab:float64:7x5"] == [tuned]
+
+
+def test_shapes_take_widths_and_pairs():
+    assert tune.parse_shapes("1-3,13x48,64x8") == [(1, 1), (2, 2), (3, 3), (13, 48), (64, 8)]
