@@ -1,10 +1,10 @@
 """Time variants of the model's configuration side by side, with XLA's dot, on one GPU.
 
     python3 scripts/compare_configs.py atb:float64:58:58 ab:float64:7:7 \
-        --vary stage_copy=vector,element [--vary blocks_per_sm=1,2] [--k 65536] [--json out.json]
+        --vary stage_copy=vector,element [--vary blocks_per_sm=1,2] [--k 65536] [--flat] [--json out.json]
 
 For each shape (op:dtype:M:N; op atb, ab or ab_update) the model's configuration
-is timed with every combination of the varied Config fields, on the bench's
+(with --flat, the flat mapping's starting point) is timed with every combination of the varied Config fields, on the bench's
 inputs (tall matrices of 1 GiB unless --k is given) and with the bench's loops,
 then XLA's dot once on the same inputs. Variants that fail validation or do
 not compile are reported and skipped. The predict-change-measure step of
@@ -25,6 +25,7 @@ import numpy as np
 
 from jax_tsmm import _cuda, _dispatch, _kernels, bench
 from jax_tsmm.codegen import Config, InvalidSpec, KernelSpec, Problem, default_config, validate
+from jax_tsmm.codegen.search import flat_candidates
 
 
 def _parse_vary(text: str) -> tuple[str, list]:
@@ -53,6 +54,8 @@ def main() -> None:
     parser.add_argument("shapes", nargs="+", help="op:dtype:M:N")
     parser.add_argument("--vary", action="append", default=[], help="FIELD=V1,V2,...")
     parser.add_argument("--k", type=int, default=None, help="rows of the tall matrices (default: 1 GiB)")
+    parser.add_argument("--flat", action="store_true",
+                        help="vary the flat mapping's starting point (ab) instead of the model's configuration")
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
     jax.config.update("jax_enable_x64", True)
@@ -65,7 +68,7 @@ def main() -> None:
         op, dtype, m, n = shape.split(":")
         m, n = int(m), int(n)
         problem = Problem("ab" if op == "ab_update" else op, dtype, m, n, update=op == "ab_update")
-        base = default_config(problem)
+        base = flat_candidates(problem)[0] if args.flat else default_config(problem)
         specs = []
         for values in itertools.product(*(vals for _, vals in varied)):
             config = dataclasses.replace(base, **{f: v for (f, _), v in zip(varied, values)})
