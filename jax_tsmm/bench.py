@@ -58,14 +58,14 @@ DEFAULT_PAIRS = ((1, 8), (8, 1), (4, 16), (16, 4), (2, 32), (32, 2), (3, 7), (7,
 # --- timing ------------------------------------------------------------------
 
 
-def _timed_loop(op, operand_sets, reps: int, updates_last: bool):
-    """A jitted program calling ``op`` ``reps`` times per operand set: once to start
-    the loop's carry, then ``reps - 1`` times in the loop. The outputs are carried
-    through the loop and returned whole, so XLA must compute every element (it
-    cannot narrow a dot to the part that is used), and the optimization barrier
-    ties the operands to the carry, so XLA cannot hoist the loop-invariant calls
-    out of the loop; neither costs anything at run time. (A carry started from
-    zeros would add a fill of every output to the time: 15 % of ab 1 x 8's.)
+def _timed_loop(op, operand_sets, updates_last: bool):
+    """A jitted loop calling ``op`` once per operand set per trip, the trip count an
+    argument (one compile serves every count). The outputs are carried through the
+    loop and returned whole, so XLA must compute every element (it cannot narrow
+    a dot to the part that is used), and the optimization barrier ties the
+    operands to the carry, so XLA cannot hoist the loop-invariant calls out of the
+    loop; neither costs anything at run time. The carry starts from zeros, whose
+    fill ``seconds_per_call`` takes out with the rest of a run's fixed cost.
     With ``updates_last`` the output replaces each set's last operand (an update
     in place, as V - Q C inside a solver: the old V is dead, nothing is copied)."""
 
@@ -76,28 +76,35 @@ def _timed_loop(op, operand_sets, reps: int, updates_last: bool):
         return tuple(op(*operands) for operands in sets), sets
 
     @jax.jit
-    def run(sets):
+    def run(sets, trips):
         if updates_last:
-            return lax.fori_loop(0, reps, body, tuple(sets))
-        first = tuple(op(*operands) for operands in sets)
-        return lax.fori_loop(0, reps - 1, body, (first, sets))[0]
+            return lax.fori_loop(0, trips, body, tuple(sets))
+        outs = jax.eval_shape(lambda s: tuple(op(*o) for o in s), sets)
+        zeros = tuple(jnp.zeros(o.shape, o.dtype) for o in outs)
+        return lax.fori_loop(0, trips, body, (zeros, sets))[0]
 
-    return lambda: run(operand_sets)
+    return lambda trips: run(operand_sets, jnp.int32(trips))
 
 
 def seconds_per_call(op, operand_sets, expected_seconds: float, *, min_seconds: float = 0.02,
                      repeats: int = 5, updates_last: bool = False) -> float:
-    """Median time of one call, from loops of at least ``min_seconds`` at the
+    """Median time of one call: a loop of at least ``min_seconds`` at the
     ``expected_seconds`` per call (a lower bound such as the roofline; a slower
-    call only lengthens the loop). One compile per measurement."""
-    reps = max(1, min(1000, math.ceil(min_seconds / expected_seconds / len(operand_sets))))
-    loop = _timed_loop(op, operand_sets, reps, updates_last)
-    jax.block_until_ready(loop())  # compile, warm up
+    call only lengthens the loop) less a loop of one trip, over the calls between
+    them. The difference takes out what a run costs besides its calls (the
+    launch, the carry's fill of zeros: 15 % of ab 1 x 8's time when it was
+    counted in)."""
+    trips = max(2, min(1000, math.ceil(min_seconds / expected_seconds / len(operand_sets))))
+    loop = _timed_loop(op, operand_sets, updates_last)
+    jax.block_until_ready(loop(1))  # compile, warm up
     samples = []
     for _ in range(repeats):
         start = time.perf_counter()
-        jax.block_until_ready(loop())
-        samples.append((time.perf_counter() - start) / (reps * len(operand_sets)))
+        jax.block_until_ready(loop(trips))
+        middle = time.perf_counter()
+        jax.block_until_ready(loop(1))
+        end = time.perf_counter()
+        samples.append(((middle - start) - (end - middle)) / ((trips - 1) * len(operand_sets)))
     return statistics.median(samples)
 
 
