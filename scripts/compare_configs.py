@@ -4,8 +4,9 @@
         --vary stage_copy=vector,element [--vary blocks_per_sm=1,2] [--k 65536] [--flat] [--json out.json]
 
 For each shape (op:dtype:M:N; op atb, ab or ab_update) the model's configuration
-(with --flat, the flat mapping's starting point) is timed with every combination of the varied Config fields, on the bench's
-inputs (tall matrices of 1 GiB unless --k is given) and with the bench's loops,
+(with --flat, the flat mapping's starting point) is timed with every
+combination of the varied Config fields, on the bench's inputs (tall matrices
+of 1 GiB unless --k is given) and with the bench's loops,
 then XLA's dot once on the same inputs. Variants that fail validation or do
 not compile are reported and skipped. The predict-change-measure step of
 tuning by hand; the tuner (jax_tsmm.tune) searches the space.
