@@ -878,7 +878,7 @@ def _emit_ab_flat(spec: KernelSpec) -> str:
     e = ar.elem
     vec, n, m = p.vector_elements, p.n, p.m
     reach = spec.flat_rows
-    window = n % vec != 0
+    window = reach > 1  # rows of out are not whole vectors
     passes = c.rows_per_stage // spec.rows_per_pass
     body = _work_split(spec, ar, "c") + _ab_out(spec, e) + [""]
     if window:

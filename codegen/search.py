@@ -193,8 +193,8 @@ def neighbours(problem: Problem, config: Config) -> list[Config]:
     does, on a neighbourhood instead of the whole space). Rows per stage follow a
     change of row groups pass for pass."""
     c = config
-    per_pass = KernelSpec(problem, c).rows_per_pass
-    passes = c.rows_per_stage // per_pass
+    start = KernelSpec(problem, c)
+    passes = c.rows_per_stage // start.rows_per_pass
     steps = [dict(rows_per_stage=c.rows_per_stage * 2)]
     if passes % 2 == 0:
         steps.append(dict(rows_per_stage=c.rows_per_stage // 2))
@@ -205,7 +205,7 @@ def neighbours(problem: Problem, config: Config) -> list[Config]:
         steps += [dict(waves=w) for w in (c.waves // 4, c.waves * 4) if 1 <= w <= 256 and w != c.waves]
     else:
         steps += [dict(stages=s) for s in (c.stages - 1, c.stages + 1) if 2 <= s <= 6]
-    most_blocks = SM_THREADS // KernelSpec(problem, c).threads if c.mapping == "flat" else 4
+    most_blocks = SM_THREADS // start.threads if c.mapping == "flat" else 4
     steps += [dict(blocks_per_sm=b) for b in (c.blocks_per_sm - 1, c.blocks_per_sm + 1) if 1 <= b <= most_blocks]
     if problem.op == "atb" and c.tile_m != c.tile_n:
         steps.append(dict(tile_m=c.tile_n, tile_n=c.tile_m))

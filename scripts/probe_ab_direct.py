@@ -17,6 +17,7 @@ import json
 
 import cupy as cp
 import numpy as np
+from probe_bandwidth import time_launch
 
 SHAPES = [(1, 8), (2, 32), (3, 7), (4, 16), (8, 64), (13, 48), (1, 1), (2, 2), (4, 4), (6, 6), (8, 8)]
 
@@ -57,16 +58,7 @@ extern "C" __global__ void ab_direct(const double* __restrict__ a, const double*
 
 
 def timed(kernel, grid, block, args) -> float:
-    kernel(grid, block, args)
-    times = []
-    for _ in range(9):
-        start, stop = cp.cuda.Event(), cp.cuda.Event()
-        start.record()
-        kernel(grid, block, args)
-        stop.record()
-        stop.synchronize()
-        times.append(cp.cuda.get_elapsed_time(start, stop) / 1e3)
-    return float(np.median(times))
+    return time_launch(lambda: kernel(grid, block, args), repeats=9)
 
 
 def main() -> None:

@@ -84,7 +84,8 @@ extern "C" __global__ void write_vec(uint4* y, long long n) {
 """
 
 
-def _time(launch, repeats: int = 20) -> float:
+def time_launch(launch, repeats: int = 20) -> float:
+    """Median seconds of `repeats` launches, timed with CUDA events after one warm-up."""
     start, stop = cp.cuda.Event(), cp.cuda.Event()
     launch()
     times = []
@@ -146,7 +147,7 @@ def main() -> None:
     print(f"{device}, {sms} SMs, buffers of {nbytes / 2**30:.2f} GiB")
     rows = []
     for name, moved, launch in variants:
-        seconds = _time(launch)
+        seconds = time_launch(launch)
         rows.append({"variant": name, "bytes": moved, "seconds": seconds, "gbps": moved / seconds / 1e9})
         print(f"{moved / seconds / 1e9:8.0f} GB/s  {seconds * 1e3:7.3f} ms  {name}", flush=True)
     if args.json:

@@ -17,6 +17,7 @@ import json
 
 import cupy as cp
 import numpy as np
+from probe_bandwidth import time_launch
 
 # shape -> (A, B registers per lane, flops per instruction)
 SHAPES = {"m8n8k4": (1, 1, 2 * 8 * 8 * 4), "m16n8k4": (2, 1, 2 * 16 * 8 * 4),
@@ -54,17 +55,8 @@ def measure(shape: str, chains: int, warps: int, sms: int, iterations: int = 409
     kernel = cp.RawModule(code=kernel_source(shape, chains), options=("-arch=sm_90",)).get_function("probe")
     out = cp.zeros(1, dtype=cp.float64)
     grid, block = (sms * 16 // warps,), (32 * warps,)
-    kernel(grid, block, (out, np.int32(iterations)))
-    times = []
-    for _ in range(7):
-        start, stop = cp.cuda.Event(), cp.cuda.Event()
-        start.record()
-        kernel(grid, block, (out, np.int32(iterations)))
-        stop.record()
-        stop.synchronize()
-        times.append(cp.cuda.get_elapsed_time(start, stop) / 1e3)
-    flops = SHAPES[shape][2] * chains * iterations * grid[0] * warps
-    return flops / float(np.median(times))
+    seconds = time_launch(lambda: kernel(grid, block, (out, np.int32(iterations))), repeats=7)
+    return SHAPES[shape][2] * chains * iterations * grid[0] * warps / seconds
 
 
 def main() -> None:
