@@ -8,7 +8,8 @@
 # sanitize (compute-sanitizer on a kernel sample), probe (scripts/probe_bandwidth.py:
 # the DRAM bandwidth of streaming access patterns, timed per launch), bench ARGS (repeatable),
 # compare ARGS (repeatable; scripts/compare_configs.py), tune ARGS, profile SHAPES
-# and profile_xla SHAPES (Nsight Compute; scripts/profile_kernels.py), durations
+# and profile_xla SHAPES (Nsight Compute, with the pipes' utilization and the
+# instruction mix; scripts/profile_kernels.py), durations
 # SHAPES (each of our kernels' time on the GPU alone, by Nsight Compute).
 set -uo pipefail
 OUT=${OUT:-/tmp/jax_tsmm_out}
@@ -57,6 +58,7 @@ for item in "$@"; do
         step "${name}_${shape//:/_}" timeout 120 ncu --clock-control none --kernel-name "$filter" \
           --section SpeedOfLight --section MemoryWorkloadAnalysis --section ComputeWorkloadAnalysis \
           --section Occupancy --section LaunchStats --section WarpStateStats --section SchedulerStats \
+          --section InstructionStats --print-details all \
           python3 scripts/profile_kernels.py $flags $shape
       done
       name=${name}_${shape//:/_} ;;
