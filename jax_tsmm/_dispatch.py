@@ -38,6 +38,9 @@ KERNEL_DTYPES = ("float32", "float64", "complex64", "complex128")
 MAX_WIDTH = 128
 REAL_VIEW_MAX_ATB_WIDTH = 64  # of the real problem, for the model's rule
 REAL_COMPONENT = {"complex64": "float32", "complex128": "float64"}
+SMALL_K = 1 << 17  # below it, where nothing was tuned that small, XLA serves (see tuned)
+SMALL_K_TIMED = 1 << 16
+SMALL_K_XLA_DTYPES = ("float32", "float64")  # complex not measured there (XLA's Aᵀ B: 15 % at 1 GiB)
 TUNING_DIR = pathlib.Path(__file__).parent / "tuning"
 
 _forced: list[KernelSpec] = []
@@ -86,14 +89,17 @@ def database_path(arch: str, device: str = "") -> pathlib.Path:
 def database(arch: str, device: str = "") -> dict:
     """The tuned entries for ``arch``: key -> list of {k_min, config | None, ...},
     sorted by k_min; config None means XLA's dot measured faster. Where the
-    ``device`` model's file has entries, they replace the architecture's of the
-    same key and K range (a model's file may hold only the ranges tuned on it)."""
+    ``device`` model's file has entries for a key, they serve from its lowest K
+    range up, and the architecture's serve only below it (a model's file may hold
+    only the larger ranges tuned on it; an architecture's range inside the
+    model's was measured on another GPU)."""
     if _model_only:
         return {}
     merged = dict(_database_file(database_path(arch)))
     for key, entries in (_database_file(database_path(arch, device)) if device else {}).items():
-        by_k = {e["k_min"]: e for e in merged.get(key, [])} | {e["k_min"]: e for e in entries}
-        merged[key] = [by_k[k] for k in sorted(by_k)]
+        lowest = min(e["k_min"] for e in entries)
+        kept = [e for e in merged.get(key, []) if e["k_min"] < lowest]
+        merged[key] = kept + sorted(entries, key=lambda e: e["k_min"])
     return merged
 
 
@@ -113,7 +119,12 @@ def tuned(key: str, k: int, arch: str, device: str = "") -> dict | None:
     """The database entry that serves K ({k_min, config, ...}; config None means
     use XLA, ``real_view`` that a complex problem runs as its real view), or None
     where the database has no say. The entry of the range holding K serves; below
-    every range, the lowest range's (a measured choice beats the untimed model).
+    every range, the lowest range's (a measured choice beats the untimed model),
+    except at K under SMALL_K for atb and ab of a real dtype, where XLA's dot serves as if an
+    entry timed at K = SMALL_K_TIMED had chosen it: on an H200 (2026-11-23) the
+    float32 kernels tuned at gigabyte sizes took 0.75-0.95x XLA's speed at K = 2^16
+    for 10 of 12 problems (1.1-1.8x at 2^20), and on an H100 XLA won every
+    float64 atb tuned at 2^16.
 
     XLA's Aᵀ B is fast only at some K: on an H100 (2026-11-22) at K = 2^16, 2^20
     and 2^22 it reached 60-95 % of roofline, at K = 65537, 99991, 1048573, 1500007
@@ -127,6 +138,9 @@ def tuned(key: str, k: int, arch: str, device: str = "") -> dict | None:
     for entry in entries:
         if entry["k_min"] <= k:
             chosen = entry
+    op, dtype, _ = key.split(":")
+    if k < SMALL_K and chosen["k_min"] > k and not op.startswith("mtsm") and dtype in SMALL_K_XLA_DTYPES:
+        chosen = {"k_min": 0, "k_tuned": SMALL_K_TIMED, "config": None}
     timed_k = chosen.get("k_tuned", 1)
     if chosen["config"] is None and key.startswith("atb:") and k % (timed_k & -timed_k):
         return None

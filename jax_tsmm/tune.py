@@ -1,7 +1,8 @@
 """Autotuner: benchmark pruned candidate kernels per problem and K range, write the database.
 
     python -m jax_tsmm.tune [--ops atb,ab] [--dtypes float64] [--shapes 1-64]
-                            [--candidates 12] [--refine 2] [--db PATH | --device-db]
+                            [--candidates 12] [--refine 2] [--k-min K] [--k-max K]
+                            [--db PATH | --device-db]
     python -m jax_tsmm.tune --from-bench bench.json [...] [--device-db]
 
 For each (op, dtype, M, N) and each K range, the candidates of
@@ -62,9 +63,23 @@ def candidate_specs(problem: Problem, limit: int, arch: str) -> list[KernelSpec]
     return specs
 
 
+def range_index(entry: dict) -> int:
+    """Which of K_RANGES an entry was tuned for, by the K it was timed at (the
+    largest range's is the benchmark's K of the problem, which varies)."""
+    samples = [k_sample for _, k_sample in K_RANGES[:-1]]
+    return samples.index(entry["k_tuned"]) if entry.get("k_tuned") in samples else len(K_RANGES) - 1
+
+
+def replace_ranges(old: list[dict], tuned: list[dict], ranges: set[int]) -> list[dict]:
+    """A key's entries after tuning ``ranges`` (indices into K_RANGES): the tuned
+    ranges' new entries, and the old entries of the other ranges."""
+    kept = [entry for entry in old if range_index(entry) not in ranges]
+    return sorted(kept + tuned, key=lambda entry: entry["k_min"])
+
+
 def tune_problem(problem: Problem, ceilings: dict, limit: int, arch: str, k_min: int = 0,
-                 refine: int = 0, device: str = "") -> list[dict]:
-    """Entries for the K ranges from ``k_min`` up: the fastest candidate in each
+                 refine: int = 0, device: str = "", k_max: int | None = None) -> list[dict]:
+    """Entries for the K ranges from ``k_min`` up to ``k_max``: the fastest candidate in each
     (``real_view`` where it is the real view's), or XLA where it measured faster.
     The kernel dispatch picks today for the range (the shipped databases' entry for
     ``device``, or the model's) is timed among the candidates, so a new entry beats
@@ -77,7 +92,7 @@ def tune_problem(problem: Problem, ceilings: dict, limit: int, arch: str, k_min:
     ours, xla = bench.operations(problem.op)
     entries = []
     for range_min, k_sample in K_RANGES:
-        if range_min < k_min:
+        if range_min < k_min or k_max is not None and range_min > k_max:
             continue
         k = k_sample or bench.problem_rows(problem.m, problem.n, dtype)
         sets = bench.operand_sets(problem.op, dtype, problem.m, problem.n, k, seed=k)
@@ -172,9 +187,9 @@ def parse_shapes(text: str) -> list[tuple[int, int]]:
     return shapes
 
 
-def _tuned_already(entries: list[dict]) -> bool:
-    """Whether the tuner wrote these entries (bench-made ones are tuned over)."""
-    return bool(entries) and not any(entry.get("source", "").startswith("bench") for entry in entries)
+def _tuned_ranges(entries: list[dict]) -> set[int]:
+    """The K ranges the tuner wrote entries for (bench-made ones are tuned over)."""
+    return {range_index(entry) for entry in entries if not entry.get("source", "").startswith("bench")}
 
 
 def _save(path: pathlib.Path, db: dict) -> None:
@@ -194,6 +209,8 @@ def main(argv=None) -> None:
     parser.add_argument("--db", type=pathlib.Path, default=None)
     parser.add_argument("--k-min", type=int, default=0,
                         help="tune only the K ranges from this one up (a quick look at large K)")
+    parser.add_argument("--k-max", type=int, default=None,
+                        help="tune only the K ranges up to this one (e.g. 262144: K = 2^16 and 2^20)")
     parser.add_argument("--from-bench", type=pathlib.Path, nargs="+", default=None,
                         help="record bench reports' measurements instead of tuning")
     parser.add_argument("--device-db", action="store_true",
@@ -209,7 +226,7 @@ def main(argv=None) -> None:
         db = json.loads(path.read_text()) if path.exists() else {"entries": {}}
         for key, entries in entries_from_bench(reports).items():
             old = db["entries"].get(key, [])
-            if not _tuned_already(old):  # tuned entries stay; newer bench rows replace their K range's
+            if not _tuned_ranges(old):  # tuned entries stay; newer bench rows replace their K range's
                 by_k = {entry["k_min"]: entry for entry in old} | {entry["k_min"]: entry for entry in entries}
                 db["entries"][key] = [by_k[k] for k in sorted(by_k)]
         _save(path, db)
@@ -225,16 +242,16 @@ def main(argv=None) -> None:
     db.update(device=device, arch=arch, ceilings=ceilings)
     problems = [Problem(op, dtype, m, n) for dtype in args.dtypes.split(",") for op in args.ops.split(",")
                 for m, n in parse_shapes(args.shapes)]
+    wanted = {i for i, (range_min, _) in enumerate(K_RANGES)
+              if args.k_min <= range_min and (args.k_max is None or range_min <= args.k_max)}
     for index, problem in enumerate(problems):
         key = _dispatch.problem_key(problem)
-        if _tuned_already(db["entries"].get(key, [])):
+        old = db["entries"].get(key, [])
+        if wanted <= _tuned_ranges(old):
             continue  # resume
         print(f"[{index + 1}/{len(problems)}] {key}", flush=True)
-        tuned = tune_problem(problem, ceilings, args.candidates, arch, args.k_min, args.refine, device)
-        # Ranges below the tuned ones keep their entries; the tuned ranges replace theirs.
-        lowest = min((entry["k_min"] for entry in tuned), default=args.k_min)
-        kept = [entry for entry in db["entries"].get(key, []) if entry["k_min"] < lowest]
-        db["entries"][key] = kept + tuned
+        tuned = tune_problem(problem, ceilings, args.candidates, arch, args.k_min, args.refine, device, args.k_max)
+        db["entries"][key] = replace_ranges(old, tuned, wanted)
         db["date"] = str(datetime.date.today())
         _save(path, db)
 

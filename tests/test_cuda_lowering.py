@@ -162,15 +162,17 @@ def test_dispatch_follows_the_tuning_database(monkeypatch):
 
 
 def test_a_gpu_models_database_overrides_its_architectures_key_by_key(monkeypatch, tmp_path):
-    """An H200 takes its own file's entry where it has one (by key and K range)
-    and the sm_90 file's elsewhere; another sm_90 GPU, or a lowering without
-    one, takes sm_90's."""
+    """An H200 takes its own file's entries from their lowest K range up (an sm_90
+    range inside them was measured on another GPU) and the sm_90 file's below
+    them and for other keys; another sm_90 GPU, or a lowering without one, takes
+    sm_90's."""
     from jax_tsmm import _dispatch
     from jax_tsmm.codegen import Config, KernelSpec, Problem, default_config
 
     problem = Problem("atb", "float64", 7, 5)
     config = dataclasses.asdict(default_config(problem))
-    arch_entries = {"atb:float64:7x5": [{"k_min": 0, "config": config}], "ab:float64:7x5": [{"k_min": 0, "config": None}]}
+    arch_entries = {"atb:float64:7x5": [{"k_min": 0, "config": config}, {"k_min": 1 << 20, "config": config}],
+                    "ab:float64:7x5": [{"k_min": 0, "config": None}]}
     model_entries = {"atb:float64:7x5": [{"k_min": 1 << 18, "config": None}]}
     monkeypatch.setattr(_dispatch, "TUNING_DIR", tmp_path)
     monkeypatch.setattr(_dispatch, "_model_only", [])  # this module's tests otherwise run without the database
@@ -183,11 +185,36 @@ def test_a_gpu_models_database_overrides_its_architectures_key_by_key(monkeypatc
 
     kernel = KernelSpec(problem, Config(**config))
     assert select("atb", "NVIDIA H200") is None
+    assert select("atb", "NVIDIA H200", k=1 << 22) is None
     assert select("atb", "NVIDIA H200", k=1000) == kernel  # a range the model's file leaves to sm_90's
     assert select("ab", "NVIDIA H200") is None
     for device in ("", "NVIDIA H100 80GB HBM3"):
         assert select("atb", device) == kernel
         assert select("ab", device) is None
+
+
+def test_small_k_goes_to_xla_where_nothing_was_tuned_that_small(monkeypatch):
+    """Below SMALL_K, real atb and ab whose entries start higher use XLA's dot (atb
+    at multiples of 2^16 only, as if tuned there); complex problems, and K at or
+    above the entries' ranges, keep the kernels."""
+    from jax_tsmm import _dispatch
+    from jax_tsmm.codegen import Problem, default_config
+
+    def kernel(op, dtype):
+        return [{"k_min": 1 << 22, "k_tuned": 1 << 22, "config": dataclasses.asdict(default_config(Problem(op, dtype, 7, 5)))}]
+
+    entries = {f"{op}:{dtype}:7x5": kernel(op, dtype) for op in ("atb", "ab") for dtype in ("float32", "complex64")}
+    monkeypatch.setattr(_dispatch, "database", lambda *_: entries)
+
+    def lowered(fn, dtype, k):
+        x, y, c = (jax.ShapeDtypeStruct(s, dtype) for s in ((k, 7), (k, 5), (7, 5)))
+        return "tsmm_" in cuda_hlo(fn, x, y if fn is jax_tsmm.atb else c)
+
+    assert not lowered(jax_tsmm.atb, jnp.float32, 1 << 16) and not lowered(jax_tsmm.ab, jnp.float32, 1 << 16)
+    assert not lowered(jax_tsmm.ab, jnp.float32, 1000)
+    assert lowered(jax_tsmm.atb, jnp.float32, 65537)  # XLA's Aᵀ B is slow at odd K
+    assert lowered(jax_tsmm.atb, jnp.float32, 1 << 17) and lowered(jax_tsmm.ab, jnp.float32, 1 << 17)
+    assert lowered(jax_tsmm.atb, jnp.complex64, 1 << 16) and lowered(jax_tsmm.ab, jnp.complex64, 1 << 16)
 
 
 def test_atb_uses_xla_only_at_k_with_the_timed_power_of_two_factor(monkeypatch):

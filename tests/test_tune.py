@@ -126,5 +126,21 @@ def test_from_bench_replaces_only_the_k_ranges_it_measured(tmp_path):
     assert entries["ab:float64:7x5"] == [tuned]
 
 
+def test_tuning_some_k_ranges_keeps_the_others():
+    """--k-max tunes the small ranges of a key tuned before at large K only: the
+    large range's entry (timed at the bench's K, its k_min below the threshold)
+    stays, and a rerun of the same ranges replaces its own entries."""
+    (small, small_k), (middle, middle_k), (largest, _) = tune.K_RANGES
+    large = {"k_min": 2314099, "k_tuned": 2314099, "config": None}
+    first = [{"k_min": small, "k_tuned": small_k, "config": None},
+             {"k_min": middle, "k_tuned": middle_k, "config": None}]
+    assert [tune.range_index(e) for e in first + [large]] == [0, 1, 2]
+    entries = tune.replace_ranges([large], first, {0, 1})
+    assert entries == first + [large]
+    again = [dict(e, config={"tile_m": 1}) for e in first]
+    assert tune.replace_ranges(entries, again, {0, 1}) == again + [large]
+    assert tune.replace_ranges(entries, [dict(large, k_min=largest)], {2}) == first + [dict(large, k_min=largest)]
+
+
 def test_shapes_take_widths_and_pairs():
     assert tune.parse_shapes("1-3,13x48,64x8") == [(1, 1), (2, 2), (3, 3), (13, 48), (64, 8)]
