@@ -130,7 +130,12 @@ def tuned(key: str, k: int, arch: str, device: str = "") -> dict | None:
     and 2^22 it reached 60-95 % of roofline, at K = 65537, 99991, 1048573, 1500007
     and 2739138 only 8-31 % (docs/performance.md). So an atb entry that chose XLA
     holds only for K with at least the power-of-two factor of the K it was timed
-    at; at other K the model's kernel serves."""
+    at; at other K the model's kernel serves. Conversely, an atb kernel entry that
+    XLA beat at a power-of-two K of a K sweep (``xla_faster_at``, recorded by
+    ``tune --xla-aligned-from``) gives way to XLA at multiples of that K, short of
+    the K the kernel was timed at where that is larger: on an H200 (2026-11-23) at
+    K = 2^22, XLA's float64 Aᵀ B reached 74-97 % of roofline and beat the kernels
+    tuned at gigabyte sizes at 10 of 64 widths (by up to 15 %)."""
     entries = database(arch, device).get(key, [])
     if not entries:
         return None
@@ -141,10 +146,25 @@ def tuned(key: str, k: int, arch: str, device: str = "") -> dict | None:
     op, dtype, _ = key.split(":")
     if k < SMALL_K and chosen["k_min"] > k and not op.startswith("mtsm") and dtype in SMALL_K_XLA_DTYPES:
         chosen = {"k_min": 0, "k_tuned": SMALL_K_TIMED, "config": None}
-    timed_k = chosen.get("k_tuned", 1)
-    if chosen["config"] is None and key.startswith("atb:") and k % (timed_k & -timed_k):
-        return None
+    if key.startswith("atb:"):
+        xla_fast = _xla_measured_faster(chosen, k)
+        if chosen["config"] is None and not xla_fast:
+            return None
+        if chosen["config"] is not None and xla_fast:
+            return {"k_min": chosen["k_min"], "k_tuned": chosen["xla_faster_at"], "config": None}
     return chosen
+
+
+def _xla_measured_faster(entry: dict, k: int) -> bool:
+    """Whether XLA's Aᵀ B measured faster than the kernels at K aligned like ``k``:
+    at multiples of the power-of-two part of the K an XLA entry was timed at, or
+    of the power-of-two K where a K sweep found XLA faster (``xla_faster_at``),
+    short of the larger K a kernel entry was timed faster at."""
+    timed_k = entry.get("k_tuned", 1)
+    faster_at = entry.get("xla_faster_at")
+    if entry["config"] is None:
+        return k % (timed_k & -timed_k) == 0 or bool(faster_at) and k % faster_at == 0
+    return bool(faster_at) and k % faster_at == 0 and not faster_at < timed_k <= k
 
 
 def real_view_problem(problem: Problem) -> Problem | None:

@@ -4,6 +4,7 @@
                             [--candidates 12] [--refine 2] [--k-min K] [--k-max K]
                             [--db PATH | --device-db]
     python -m jax_tsmm.tune --from-bench bench.json [...] [--device-db]
+    python -m jax_tsmm.tune --xla-aligned-from bench.json [...] [--device-db]
 
 For each (op, dtype, M, N) and each K range, the candidates of
 ``codegen.search`` (pruned by hardware limits, occupancy and a register-reuse
@@ -23,6 +24,10 @@ bench entries of the same K range, so that dispatch falls back to XLA wherever
 XLA measured faster, and keeps a complex problem on its real view where that is
 what won (``"real_view": true``, with the real kernel it timed). The tuner's
 own search times both (``candidate_specs``).
+
+``--xla-aligned-from`` reads K sweeps of Aᵀ B at power-of-two K, where XLA's dot
+is at its fastest, and records on the entries that served them where XLA was
+faster (``xla_faster_at``); dispatch then takes XLA at multiples of that K.
 """
 
 from __future__ import annotations
@@ -38,7 +43,7 @@ import jax
 import numpy as np
 
 from jax_tsmm import _cuda, _dispatch, _kernels, bench
-from jax_tsmm.codegen import KernelSpec, Problem
+from jax_tsmm.codegen import Config, KernelSpec, Problem
 from jax_tsmm.codegen.search import candidates, neighbours
 
 # K ranges as (k_min, K timed); None times the benchmark's size (1 GiB matrices).
@@ -175,6 +180,31 @@ def entries_from_bench(reports: list[dict]) -> dict[str, list[dict]]:
     return {key: [by_k[k] for k in sorted(by_k)] for key, by_k in measured.items()}
 
 
+def mark_aligned_xla_wins(reports: list[dict], entries: dict[str, list[dict]]) -> tuple[list[str], list[str]]:
+    """Record in ``entries`` where XLA beat the dispatched kernel at a power-of-two K
+    of a K sweep of Aᵀ B (``xla_faster_at``, the smallest such K): on the entry
+    that served that K, if it still stands for the kernel that was timed (its
+    config, or XLA's where dispatch fell to the model's kernel at that K).
+    Returns the keys marked and those whose serving entry is not in ``entries``."""
+    marked, elsewhere = [], []
+    for report in reports:
+        for row in report.get("k_sweep", []):
+            k = row["K"]
+            if row["op"] != "atb" or row.get("config") is None or k & (k - 1) or row["xla_s"] >= row["tsmm_s"]:
+                continue
+            key = _dispatch.problem_key(Problem("atb", row["dtype"], row["M"], row["N"]))
+            serving = [entry for entry in entries.get(key, []) if entry["k_min"] <= k]
+            config = serving[-1]["config"] if serving else {}
+            if config is not None and (not serving or Config(**config) != Config(**row["config"])):
+                elsewhere.append(key)
+                continue
+            entry = serving[-1]
+            entry.update(xla_faster_at=min(k, entry.get("xla_faster_at", k)),
+                         xla_aligned_s=row["xla_s"], tsmm_aligned_s=row["tsmm_s"])
+            marked.append(key)
+    return marked, elsewhere
+
+
 def parse_shapes(text: str) -> list[tuple[int, int]]:
     """"1-3,13x48" -> [(1, 1), (2, 2), (3, 3), (13, 48)]."""
     shapes = []
@@ -213,6 +243,8 @@ def main(argv=None) -> None:
                         help="tune only the K ranges up to this one (e.g. 262144: K = 2^16 and 2^20)")
     parser.add_argument("--from-bench", type=pathlib.Path, nargs="+", default=None,
                         help="record bench reports' measurements instead of tuning")
+    parser.add_argument("--xla-aligned-from", type=pathlib.Path, nargs="+", default=None,
+                        help="record where K sweeps of atb at power-of-two K found XLA faster")
     parser.add_argument("--device-db", action="store_true",
                         help="write the database of the GPU model (this GPU's, or the bench reports'), "
                              "which overrides the architecture's entry by entry (key and K range)")
@@ -229,6 +261,16 @@ def main(argv=None) -> None:
             if not _tuned_ranges(old):  # tuned entries stay; newer bench rows replace their K range's
                 by_k = {entry["k_min"]: entry for entry in old} | {entry["k_min"]: entry for entry in entries}
                 db["entries"][key] = [by_k[k] for k in sorted(by_k)]
+        _save(path, db)
+        return
+    if args.xla_aligned_from:
+        reports = [json.loads(p.read_text()) for p in args.xla_aligned_from]
+        path = args.db or _dispatch.database_path("sm_90", reports[0]["device"] if args.device_db else "")
+        db = json.loads(path.read_text())
+        marked, elsewhere = mark_aligned_xla_wins(reports, db["entries"])
+        print(f"XLA faster at a power-of-two K, recorded: {', '.join(marked) or 'nowhere'}")
+        if elsewhere:
+            print(f"not recorded (served by another file, or by another kernel now): {', '.join(elsewhere)}")
         _save(path, db)
         return
     jax.config.update("jax_enable_x64", True)

@@ -193,6 +193,29 @@ def test_a_gpu_models_database_overrides_its_architectures_key_by_key(monkeypatc
         assert select("ab", device) is None
 
 
+def test_atb_takes_xla_at_multiples_of_a_k_where_a_sweep_found_it_faster(monkeypatch):
+    """A kernel entry marked with xla_faster_at gives way to XLA's Aᵀ B at multiples
+    of that K, except from the larger K the kernel was timed faster at; an XLA
+    entry so marked also serves at those multiples, beside its own timed K's."""
+    from jax_tsmm import _dispatch
+    from jax_tsmm.codegen import Problem, default_config
+
+    config = dataclasses.asdict(default_config(Problem("atb", "float64", 7, 5)))
+    entries = {"atb:float64:7x5": [{"k_min": 1 << 20, "k_tuned": 1 << 24, "config": config, "xla_faster_at": 1 << 22}],
+               "atb:float64:6x5": [{"k_min": 1 << 20, "k_tuned": 1 << 24, "config": None, "xla_faster_at": 1 << 22}]}
+    monkeypatch.setattr(_dispatch, "database", lambda *_: entries)
+
+    def lowered(m, k):
+        return "tsmm_atb" in cuda_hlo(jax_tsmm.atb, jax.ShapeDtypeStruct((k, m), jnp.float64),
+                                      jax.ShapeDtypeStruct((k, 5), jnp.float64))
+
+    assert not lowered(7, 1 << 22) and not lowered(7, 3 << 22)
+    assert lowered(7, (1 << 22) + 1) and lowered(7, 1 << 21)
+    assert lowered(7, 1 << 24) and lowered(7, 5 << 22)  # the kernel was timed faster at 2^24
+    assert not lowered(6, 1 << 22) and not lowered(6, 1 << 25)
+    assert lowered(6, (1 << 22) + 1)  # the model's kernel, as at any K XLA was not timed fast at
+
+
 def test_small_k_goes_to_xla_where_nothing_was_tuned_that_small(monkeypatch):
     """Below SMALL_K, real atb and ab whose entries start higher use XLA's dot (atb
     at multiples of 2^16 only, as if tuned there); complex problems, and K at or

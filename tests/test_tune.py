@@ -142,5 +142,34 @@ def test_tuning_some_k_ranges_keeps_the_others():
     assert tune.replace_ranges(entries, [dict(large, k_min=largest)], {2}) == first + [dict(large, k_min=largest)]
 
 
+def test_xla_wins_at_power_of_two_k_are_recorded_on_the_serving_entries(tmp_path):
+    """A K-sweep row of atb at a power-of-two K where XLA was faster marks the entry
+    that served it, if that entry still holds the kernel timed (configs compared
+    with their defaults filled in) or chose XLA; other rows mark nothing."""
+    timed = default_config(Problem("atb", "float64", 7, 7))
+    other = dataclasses.replace(timed, stages=timed.stages + 1)
+    full, short = dataclasses.asdict(timed), {k: v for k, v in dataclasses.asdict(timed).items() if k != "waves"}
+    kernel = {"k_min": 1 << 21, "k_tuned": 2314099, "config": short}
+    xla = {"k_min": 1 << 22, "k_tuned": 1 << 24, "config": None}
+    changed = {"k_min": 0, "k_tuned": 1 << 24, "config": dataclasses.asdict(other)}
+    db = tmp_path / "db.json"
+    db.write_text(json.dumps({"entries": {"atb:float64:7x7": [kernel], "atb:float64:8x8": [xla],
+                                          "atb:float64:9x9": [changed]}}))
+    report = {"device": "GPU", "date": "2026-11-23", "rows": [], "k_sweep": [
+        _row("atb", "float64", 7, 7, 1 << 22, 1.1, 1.0, full),
+        _row("atb", "float64", 7, 7, 1 << 23, 1.2, 1.0, full),
+        _row("atb", "float64", 8, 8, 1 << 22, 1.1, 1.0, full),
+        _row("atb", "float64", 9, 9, 1 << 22, 1.1, 1.0, full),  # the entry's kernel is another now
+        _row("atb", "float64", 7, 7, 3 << 21, 1.1, 1.0, full),  # not a power of two
+        _row("ab", "float64", 7, 7, 1 << 22, 1.1, 1.0, full),
+    ]}
+    (tmp_path / "report.json").write_text(json.dumps(report))
+    tune.main(["--xla-aligned-from", str(tmp_path / "report.json"), "--db", str(db)])
+    entries = json.loads(db.read_text())["entries"]
+    assert entries["atb:float64:7x7"][0]["xla_faster_at"] == 1 << 22  # the smallest such K
+    assert entries["atb:float64:8x8"][0]["xla_faster_at"] == 1 << 22
+    assert "xla_faster_at" not in entries["atb:float64:9x9"][0]
+
+
 def test_shapes_take_widths_and_pairs():
     assert tune.parse_shapes("1-3,13x48,64x8") == [(1, 1), (2, 2), (3, 3), (13, 48), (64, 8)]
