@@ -199,8 +199,8 @@ def mark_aligned_xla_wins(reports: list[dict], entries: dict[str, list[dict]]) -
                 elsewhere.append(key)
                 continue
             entry = serving[-1]
-            entry.update(xla_faster_at=min(k, entry.get("xla_faster_at", k)),
-                         xla_aligned_s=row["xla_s"], tsmm_aligned_s=row["tsmm_s"])
+            if k <= entry.get("xla_faster_at", k):
+                entry.update(xla_faster_at=k, xla_aligned_s=row["xla_s"], tsmm_aligned_s=row["tsmm_s"])
             marked.append(key)
     return marked, elsewhere
 
