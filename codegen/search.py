@@ -169,7 +169,7 @@ def candidates(problem: Problem, limit: int = 16, arch: str = "sm_90") -> list[C
     if _has_bulk_copies(arch) and _valid(KernelSpec(problem, with_bulk)):
         firsts.append(with_bulk)
     firsts += [c for c in flat_candidates(problem)[:3] if c not in firsts]
-    return firsts + [c for c in ranked if c not in firsts][: limit - len(firsts)]
+    return (firsts + [c for c in ranked if c not in firsts])[:limit]
 
 
 def _valid(spec: KernelSpec) -> bool:

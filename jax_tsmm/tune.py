@@ -25,9 +25,12 @@ XLA measured faster, and keeps a complex problem on its real view where that is
 what won (``"real_view": true``, with the real kernel it timed). The tuner's
 own search times both (``candidate_specs``).
 
-``--xla-aligned-from`` reads K sweeps of Aᵀ B at power-of-two K, where XLA's dot
-is at its fastest, and records on the entries that served them where XLA was
-faster (``xla_faster_at``); dispatch then takes XLA at multiples of that K.
+XLA's dot runs Aᵀ B at its fastest at K with a large power-of-two factor, which
+the benchmark's K of most widths lacks, so the largest range's atb winner is
+also timed against XLA at K = K_ALIGNED; where XLA is faster the entry says so
+(``xla_faster_at``) and dispatch takes XLA at multiples of that K.
+``--xla-aligned-from`` records the same from K sweeps of Aᵀ B at power-of-two K
+(``bench --k-sweep``), on the entries that served them.
 """
 
 from __future__ import annotations
@@ -48,6 +51,7 @@ from jax_tsmm.codegen.search import candidates, neighbours
 
 # K ranges as (k_min, K timed); None times the benchmark's size (1 GiB matrices).
 K_RANGES = ((0, 1 << 16), (1 << 18, 1 << 20), (1 << 22, None))
+K_ALIGNED = 1 << 22  # where the largest range's atb winner is timed against XLA once more
 
 
 def largest_range_min(k: int) -> int:
@@ -141,11 +145,30 @@ def tune_problem(problem: Problem, ceilings: dict, limit: int, arch: str, k_min:
         }
         if best_s < xla_s and _dispatch.is_real_view(best, problem.dtype):
             entry["real_view"] = True  # config is the real problem's
+        if problem.op == "atb" and not k_sample and entry["config"] is not None and k % K_ALIGNED:
+            entry.update(xla_at_aligned_k(problem, best, ceilings))
         entries.append(entry)
         del sets
         print(f"  K>={range_min:<8} K={k:<10} best {best_s * 1e3:8.3f} ms ({100 * roof / best_s:5.1f}%)  "
               f"xla {xla_s * 1e3:8.3f} ms ({100 * roof / xla_s:5.1f}%)", flush=True)
     return entries
+
+
+def xla_at_aligned_k(problem: Problem, spec: KernelSpec, ceilings: dict) -> dict:
+    """The winner of an Aᵀ B problem against XLA at K = K_ALIGNED, a power of two,
+    where XLA's dot runs at its fastest (the benchmark's K of most widths is not
+    one; on an H200 XLA beat 10 of 64 float64 winners there): where XLA is faster,
+    the fields by which dispatch takes it at multiples of that K."""
+    dtype = np.dtype(problem.dtype)
+    ours, xla = bench.operations("atb")
+    sets = bench.operand_sets("atb", dtype, problem.m, problem.n, K_ALIGNED, seed=K_ALIGNED)
+    roof = bench.roofline_seconds("atb", dtype, problem.m, problem.n, K_ALIGNED, ceilings)
+    xla_s = bench.seconds_per_call(xla, sets, roof)
+    with _dispatch.forced(spec):
+        ours_s = bench.seconds_per_call(ours, sets, roof)
+    print(f"  K={K_ALIGNED:<10} the winner {ours_s * 1e3:8.3f} ms ({100 * roof / ours_s:5.1f}%)  "
+          f"xla {xla_s * 1e3:8.3f} ms ({100 * roof / xla_s:5.1f}%)", flush=True)
+    return {"xla_faster_at": K_ALIGNED, "xla_aligned_s": xla_s, "tsmm_aligned_s": ours_s} if xla_s < ours_s else {}
 
 
 def entries_from_bench(reports: list[dict]) -> dict[str, list[dict]]:

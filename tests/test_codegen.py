@@ -161,6 +161,14 @@ def test_flat_candidates_for_narrow_ab():
     assert not flat_candidates(Problem("ab", "float64", 17, 4)) and not flat_candidates(Problem("atb", "float64", 4, 4))
 
 
+def test_candidates_keep_to_their_limit():
+    """Fewer candidates asked than the model's own starts (ab's default, its bulk
+    variant and three flat ones): the first of those, no more."""
+    problem = Problem("ab", "float64", 5, 5)
+    assert candidates(problem, 1, "sm_90") == [default_config(problem)]
+    assert len(candidates(problem, 3, "sm_90")) == 3 and len(candidates(problem, 8, "sm_90")) == 8
+
+
 def test_bad_problems_are_rejected():
     for problem in (Problem("atc", "float64", 4, 4), Problem("atb", "int32", 4, 4),
                     Problem("atb", "float64", 0, 4), Problem("atb", "float64", 4, 4, conj=True),

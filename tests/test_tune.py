@@ -75,6 +75,32 @@ def test_dispatchs_current_kernel_is_timed_among_the_candidates(monkeypatch):
     assert entry["candidates"] == 3
 
 
+@pytest.mark.nvcc
+def test_largest_range_atb_winner_is_timed_against_xla_at_an_aligned_k(monkeypatch):
+    """The largest range's atb winner, timed at a K that is not a power of two, is
+    timed against XLA again at K_ALIGNED; XLA faster there marks the entry."""
+    monkeypatch.setattr(tune, "K_RANGES", ((1000, None),))
+    monkeypatch.setattr(tune, "K_ALIGNED", 1024)
+    monkeypatch.setattr(tune.bench, "problem_rows", lambda *_: 3000)
+    seconds = {(True, 3000): 1.0, (False, 3000): 2.0, (True, 1024): 2.0, (False, 1024): 1.0}
+    timed = []
+
+    def fake_seconds(op, sets, roof):  # the kernel wins at 3000, XLA at 1024
+        timed.append((bool(_dispatch._forced), sets[0][0].shape[0]))
+        return seconds[timed[-1]]
+
+    monkeypatch.setattr(tune.bench, "seconds_per_call", fake_seconds)
+    (entry,) = tune.tune_problem(Problem("atb", "float64", 5, 5), CEILINGS, limit=1, arch="sm_90")
+    assert entry["config"] is not None and entry["k_tuned"] == 3000
+    assert (entry["xla_faster_at"], entry["xla_aligned_s"], entry["tsmm_aligned_s"]) == (1024, 1.0, 2.0)
+    assert timed[-2:] == [(False, 1024), (True, 1024)]
+    seconds[(True, 1024)] = 0.5
+    (entry,) = tune.tune_problem(Problem("atb", "float64", 5, 5), CEILINGS, limit=1, arch="sm_90")
+    assert "xla_faster_at" not in entry
+    (entry,) = tune.tune_problem(Problem("ab", "float64", 5, 5), CEILINGS, limit=1, arch="sm_90")
+    assert "xla_faster_at" not in entry and timed[-1][1] == 3000  # ab's XLA has no such K
+
+
 def _row(op, dtype, m, n, k, tsmm_s, xla_s, config):
     return {"op": op, "dtype": dtype, "M": m, "N": n, "K": k, "config": config,
             "tsmm_s": tsmm_s, "xla_s": xla_s, "tsmm_pct": 50.0, "xla_pct": 50.0}
