@@ -120,7 +120,8 @@ def tuned(key: str, k: int, arch: str, device: str = "") -> dict | None:
     use XLA, ``real_view`` that a complex problem runs as its real view), or None
     where the database has no say. The entry of the range holding K serves; below
     every range, the lowest range's (a measured choice beats the untimed model),
-    except at K under SMALL_K for atb and ab of a real dtype, where XLA's dot serves as if an
+    except at K under SMALL_K for atb and ab (not the fused update, which saves XLA's
+    second pass) of a real dtype, where XLA's dot serves as if an
     entry timed at K = SMALL_K_TIMED had chosen it: on an H200 (2026-11-23) the
     float32 kernels tuned at gigabyte sizes took 0.75-0.95x XLA's speed at K = 2^16
     for 10 of 12 problems (1.1-1.8x at 2^20), and on an H100 XLA won every
@@ -144,7 +145,7 @@ def tuned(key: str, k: int, arch: str, device: str = "") -> dict | None:
         if entry["k_min"] <= k:
             chosen = entry
     op, dtype, _ = key.split(":")
-    if k < SMALL_K and chosen["k_min"] > k and not op.startswith("mtsm") and dtype in SMALL_K_XLA_DTYPES:
+    if k < SMALL_K and chosen["k_min"] > k and op in ("atb", "ab") and dtype in SMALL_K_XLA_DTYPES:
         chosen = {"k_min": 0, "k_tuned": SMALL_K_TIMED, "config": None}
     if key.startswith("atb:"):
         xla_fast = _xla_measured_faster(chosen, k)
