@@ -86,9 +86,9 @@ def replace_ranges(old: list[dict], tuned: list[dict], ranges: set[int]) -> list
     return sorted(kept + tuned, key=lambda entry: entry["k_min"])
 
 
-def tune_problem(problem: Problem, ceilings: dict, limit: int, arch: str, k_min: int = 0,
-                 refine: int = 0, device: str = "", k_max: int | None = None) -> list[dict]:
-    """Entries for the K ranges from ``k_min`` up to ``k_max``: the fastest candidate in each
+def tune_problem(problem: Problem, ceilings: dict, limit: int, arch: str, ranges: set[int] | None = None,
+                 refine: int = 0, device: str = "") -> list[dict]:
+    """Entries for the K ranges ``ranges`` (indices into K_RANGES; None: all): the fastest candidate in each
     (``real_view`` where it is the real view's), or XLA where it measured faster.
     The kernel dispatch picks today for the range (the shipped databases' entry for
     ``device``, or the model's) is timed among the candidates, so a new entry beats
@@ -100,8 +100,8 @@ def tune_problem(problem: Problem, ceilings: dict, limit: int, arch: str, k_min:
     _kernels.precompile(specs, arch)
     ours, xla = bench.operations(problem.op)
     entries = []
-    for range_min, k_sample in K_RANGES:
-        if range_min < k_min or k_max is not None and range_min > k_max:
+    for index, (range_min, k_sample) in enumerate(K_RANGES):
+        if ranges is not None and index not in ranges:
             continue
         k = k_sample or bench.problem_rows(problem.m, problem.n, dtype)
         sets = bench.operand_sets(problem.op, dtype, problem.m, problem.n, k, seed=k)
@@ -146,7 +146,7 @@ def tune_problem(problem: Problem, ceilings: dict, limit: int, arch: str, k_min:
         if best_s < xla_s and _dispatch.is_real_view(best, problem.dtype):
             entry["real_view"] = True  # config is the real problem's
         if problem.op == "atb" and not k_sample and entry["config"] is not None and k % K_ALIGNED:
-            entry.update(xla_at_aligned_k(problem, best, ceilings))
+            entry.update(xla_at_aligned_k(problem, best, ceilings, ours, xla))
         entries.append(entry)
         del sets
         print(f"  K>={range_min:<8} K={k:<10} best {best_s * 1e3:8.3f} ms ({100 * roof / best_s:5.1f}%)  "
@@ -154,13 +154,13 @@ def tune_problem(problem: Problem, ceilings: dict, limit: int, arch: str, k_min:
     return entries
 
 
-def xla_at_aligned_k(problem: Problem, spec: KernelSpec, ceilings: dict) -> dict:
+def xla_at_aligned_k(problem: Problem, spec: KernelSpec, ceilings: dict, ours, xla) -> dict:
     """The winner of an Aᵀ B problem against XLA at K = K_ALIGNED, a power of two,
     where XLA's dot runs at its fastest (the benchmark's K of most widths is not
     one; on an H200 XLA beat 10 of 64 float64 winners there): where XLA is faster,
-    the fields by which dispatch takes it at multiples of that K."""
+    the fields by which dispatch takes it at multiples of that K. ``ours`` and
+    ``xla`` are the timed calls (``bench.operations``)."""
     dtype = np.dtype(problem.dtype)
-    ours, xla = bench.operations("atb")
     sets = bench.operand_sets("atb", dtype, problem.m, problem.n, K_ALIGNED, seed=K_ALIGNED)
     roof = bench.roofline_seconds("atb", dtype, problem.m, problem.n, K_ALIGNED, ceilings)
     xla_s = bench.seconds_per_call(xla, sets, roof)
@@ -217,11 +217,10 @@ def mark_aligned_xla_wins(reports: list[dict], entries: dict[str, list[dict]]) -
                 continue
             key = _dispatch.problem_key(Problem("atb", row["dtype"], row["M"], row["N"]))
             serving = [entry for entry in entries.get(key, []) if entry["k_min"] <= k]
-            config = serving[-1]["config"] if serving else {}
-            if config is not None and (not serving or Config(**config) != Config(**row["config"])):
+            entry = serving[-1] if serving else None
+            if entry is None or entry["config"] is not None and Config(**entry["config"]) != Config(**row["config"]):
                 elsewhere.append(key)
                 continue
-            entry = serving[-1]
             if k <= entry.get("xla_faster_at", k):
                 entry.update(xla_faster_at=k, xla_aligned_s=row["xla_s"], tsmm_aligned_s=row["tsmm_s"])
             marked.append(key)
@@ -270,7 +269,7 @@ def main(argv=None) -> None:
                         help="record where K sweeps of atb at power-of-two K found XLA faster")
     parser.add_argument("--device-db", action="store_true",
                         help="write the database of the GPU model (this GPU's, or the bench reports'), "
-                             "which overrides the architecture's entry by entry (key and K range)")
+                             "whose entries for a key serve from their lowest K range up")
     args = parser.parse_args(argv)
     if args.from_bench:
         reports = [json.loads(p.read_text()) for p in args.from_bench]
@@ -315,7 +314,7 @@ def main(argv=None) -> None:
         if wanted <= _tuned_ranges(old):
             continue  # resume
         print(f"[{index + 1}/{len(problems)}] {key}", flush=True)
-        tuned = tune_problem(problem, ceilings, args.candidates, arch, args.k_min, args.refine, device, args.k_max)
+        tuned = tune_problem(problem, ceilings, args.candidates, arch, wanted, args.refine, device)
         db["entries"][key] = replace_ranges(old, tuned, wanted)
         db["date"] = str(datetime.date.today())
         _save(path, db)
