@@ -1,6 +1,6 @@
-"""The tuner's search space: candidate configurations for a problem, pruned by
-hard limits and ranked by a simple model before anything is benchmarked (ASTRA's
-pruning by hardware limits, occupancy and register reuse)."""
+"""The tuner's search space: candidate configurations for a problem (atb/ab, and
+mtsm's), pruned by hard limits and ranked by a simple model before anything is
+benchmarked (ASTRA's pruning by hardware limits, occupancy and register reuse)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,9 @@ import itertools
 import math
 
 from .model import _split, default_config
-from .spec import FLAT_MAX_M, MMA_DTYPES, Config, InvalidSpec, KernelSpec, Problem, validate
+from . import mtsm
+from .mtsm import MtsmConfig, MtsmProblem, MtsmSpec
+from .spec import FLAT_MAX_M, MMA_DTYPES, VECTOR_BYTES, Config, InvalidSpec, KernelSpec, Problem, validate
 
 SM_REGISTERS = 65536
 SM_SHARED_BYTES = 228 * 1024
@@ -214,5 +216,129 @@ def neighbours(problem: Problem, config: Config) -> list[Config]:
         moved = dataclasses.replace(c, **step)
         spec = KernelSpec(problem, moved)
         if moved not in found and _usable(spec):
+            found.append(moved)
+    return found
+
+
+# --- mtsm: a large dense A times a tall & skinny X ----------------------------------
+
+MTSM_STAGE_BYTES = (16 * 1024, 32 * 1024, 64 * 1024)
+MTSM_ROW_SEGMENT_BYTES = (128, 256, 512, 1024)  # A X: bytes of each row of A per chunk
+MTSM_IN_FLIGHT_BYTES = 64 * 1024  # per SM, to cover DRAM latency at an H200's bandwidth
+
+
+def _mtsm_tile_widths(n: int) -> list[int]:
+    """Even splits of N's columns into 1..16 per thread."""
+    return sorted({-(-n // -(-n // widest)) for widest in range(1, min(n, 16) + 1)})
+
+
+def mtsm_score(spec: MtsmSpec) -> float:
+    """Higher is better: products per shared-memory load (register reuse; DMMA's
+    rate counted twice), bytes in flight per SM, warps per SM, the FMA units'
+    headroom at full bandwidth and the columns not wasted on tile overhang."""
+    p, c = spec.problem, spec.config
+    vec = p.vector_elements
+    if c.mma:
+        reuse = 2 * c.rows_per_thread * spec.n_blocks / (c.rows_per_thread + spec.n_blocks)
+        useful = p.n / (8 * spec.n_blocks)
+        compute = min(1.0, 2 / mtsm.fma_utilization(p))
+    else:
+        if p.transpose_a:  # one A vector and the tile's X slice per row
+            reuse = c.rows_per_thread * c.tile_n / (c.rows_per_thread + c.tile_n)
+        else:  # per 16-byte vector of K: one vector a row, and the X slice of each entry
+            x_loads = vec * (c.tile_n // vec if c.tile_n % vec == 0 else c.tile_n)
+            reuse = c.rows_per_thread * vec * c.tile_n / (4 * c.rows_per_thread + x_loads)
+        useful = p.n / (spec.n_groups * c.tile_n)
+        compute = min(1.0, 1 / mtsm.fma_utilization(p))
+    in_flight = c.blocks_per_sm * (c.stages - 1) * spec.stage_bytes
+    latency = min(1.0, in_flight / MTSM_IN_FLIGHT_BYTES)
+    warps = min(1.0, c.blocks_per_sm * spec.threads / 32 / 16)
+    return reuse * latency * warps * compute * useful
+
+
+def _mtsm_grid(problem: MtsmProblem):
+    """Every configuration of the search space, before validation: register tiles,
+    thread shapes, stage sizes (in bytes; each layout turns them into its chunk),
+    ring depths and blocks per SM; DMMA's for float64."""
+    p = problem
+    vec = p.vector_elements
+    depths = list(itertools.product((2, 3, 4), (1, 2, 3, 4)))
+    x_row_bytes = p.n * p.element_bytes
+    if p.transpose_a:
+        rows = [r for r in (1, 2, 4) if vec % r == 0]
+        for tile_n, rows_per_thread, lanes, stage_bytes in itertools.product(
+                _mtsm_tile_widths(p.n), rows, (32, 64, 128, 256), MTSM_STAGE_BYTES):
+            strip_bytes = lanes * rows_per_thread * p.element_bytes
+            chunk_rows = max(1, stage_bytes // (strip_bytes + x_row_bytes))
+            for stages, blocks in depths:
+                yield MtsmConfig(tile_n=tile_n, rows_per_thread=rows_per_thread, lanes=lanes, chunk_rows=chunk_rows,
+                                 stages=stages, blocks_per_sm=blocks)
+    else:
+        for tile_n, rows_per_thread, row_warps, k_groups, segment in itertools.product(
+                _mtsm_tile_widths(p.n), (1, 2, 4), (1, 2, 4), (1, 2, 4, 8), MTSM_ROW_SEGMENT_BYTES):
+            k_steps = max(1, segment // VECTOR_BYTES // k_groups)
+            for stages, blocks in depths:
+                yield MtsmConfig(tile_n=tile_n, rows_per_thread=rows_per_thread, row_warps=row_warps,
+                                 k_groups=k_groups, k_steps=k_steps, stages=stages, blocks_per_sm=blocks)
+    if p.dtype != "float64":
+        return
+    for blocks_of_rows, row_warps, stage_bytes in itertools.product((1, 2, 4), (2, 4, 8), MTSM_STAGE_BYTES):
+        probe = MtsmSpec(p, MtsmConfig(tile_n=p.n, rows_per_thread=blocks_of_rows, row_warps=row_warps, mma=True))
+        k_steps = max(1, stage_bytes // (4 * (probe.block_rows + probe.x_stride) * p.element_bytes))
+        if not p.transpose_a:  # whole 128-byte lines of each row of A per chunk
+            k_steps = max(4, k_steps // 4 * 4)
+        for stages, blocks in depths:
+            yield dataclasses.replace(probe.config, k_steps=k_steps, stages=stages, blocks_per_sm=blocks)
+
+
+def _mtsm_usable(spec: MtsmSpec) -> bool:
+    """Valid (hardware limits, its blocks per SM resident) and at least two warps."""
+    try:
+        mtsm.validate(spec)
+    except InvalidSpec:
+        return False
+    return spec.threads >= 64
+
+
+def mtsm_candidates(problem: MtsmProblem, limit: int = 12) -> list[MtsmConfig]:
+    """Up to ``limit`` valid configurations, the model's default first, then the
+    best-scored, one per tile and thread shape before any second variant of a
+    shape (ring depth and blocks per SM matter less, and the tuner's neighbours
+    refine them)."""
+    scored = {}
+    for config in _mtsm_grid(problem):
+        spec = MtsmSpec(problem, config)
+        if config not in scored and _mtsm_usable(spec):
+            scored[config] = mtsm_score(spec)
+    firsts, seconds, seen = [mtsm.default_config(problem)], [], set()
+    for config in sorted(scored, key=scored.get, reverse=True):
+        shape = (config.mma, config.tile_n, config.rows_per_thread, config.lanes, config.row_warps, config.k_groups)
+        if config not in firsts:
+            (seconds if shape in seen else firsts).append(config)
+        seen.add(shape)
+    return (firsts + seconds)[:limit]
+
+
+def mtsm_neighbours(problem: MtsmProblem, config: MtsmConfig) -> list[MtsmConfig]:
+    """Valid configurations one step from ``config`` in what the score ranks least
+    reliably: the chunk (halved or doubled), the ring's depth, blocks per SM, and
+    the threads' shape (lanes, warps side by side, warps splitting K)."""
+    c = config
+    steps = [dict(stages=s) for s in (c.stages - 1, c.stages + 1) if 2 <= s <= 6]
+    steps += [dict(blocks_per_sm=b) for b in (c.blocks_per_sm - 1, c.blocks_per_sm + 1) if 1 <= b <= 4]
+    if problem.transpose_a and not c.mma:
+        steps += [dict(chunk_rows=r) for r in (c.chunk_rows // 2, c.chunk_rows * 2) if r >= 1]
+        steps += [dict(lanes=l) for l in (c.lanes // 2, c.lanes * 2) if l >= 32]
+    else:
+        step = 4 if c.mma and not problem.transpose_a else 1  # DMMA A X: whole 128-byte lines
+        steps += [dict(k_steps=s) for s in (c.k_steps // 2, c.k_steps * 2) if s >= step and s % step == 0]
+        steps += [dict(row_warps=w) for w in (c.row_warps // 2, c.row_warps * 2) if w >= 1]
+        if not c.mma:
+            steps += [dict(k_groups=g, k_steps=max(1, c.k_steps * c.k_groups // g))
+                      for g in (c.k_groups // 2, c.k_groups * 2) if g >= 1]
+    found = []
+    for step in steps:
+        moved = dataclasses.replace(c, **step)
+        if moved != c and moved not in found and _mtsm_usable(MtsmSpec(problem, moved)):
             found.append(moved)
     return found

@@ -31,7 +31,7 @@ import re
 
 import numpy as np
 
-from jax_tsmm.codegen import Config, InvalidSpec, KernelSpec, Problem, default_config
+from jax_tsmm.codegen import Config, InvalidSpec, KernelSpec, MtsmSpec, Problem, default_config
 from jax_tsmm.codegen.abi import MAX_BATCH_DIMS
 
 KERNEL_DTYPES = ("float32", "float64", "complex64", "complex128")
@@ -43,17 +43,26 @@ SMALL_K_TIMED = 1 << 16
 SMALL_K_XLA_DTYPES = ("float32", "float64")  # complex not measured there (XLA's Aᵀ B: 15 % at 1 GiB)
 TUNING_DIR = pathlib.Path(__file__).parent / "tuning"
 
-_forced: list[KernelSpec] = []
+_forced: list[KernelSpec | MtsmSpec] = []
 
 
 @contextlib.contextmanager
-def forced(spec: KernelSpec):
-    """Lower every matching call traced inside the block with ``spec`` (the tuner's lever)."""
+def forced(spec: KernelSpec | MtsmSpec):
+    """Lower every matching call (atb/ab, or mtsm for an MtsmSpec) traced inside
+    the block with ``spec`` (the tuner's lever)."""
     _forced.append(spec)
     try:
         yield
     finally:
         _forced.pop()
+
+
+def forced_spec(*problems) -> KernelSpec | MtsmSpec | None:
+    """The innermost forced spec of one of ``problems``, or None."""
+    for spec in reversed(_forced):
+        if spec.problem in problems:
+            return spec
+    return None
 
 
 def problem_key(problem: Problem) -> str:
@@ -222,9 +231,9 @@ def select(op: str, dtype, m: int, n: int, k: int, batch_dims: int, conj: bool,
         return None
     problem = Problem(op, dtype, m, n, conj=conj, update=update)
     real = real_view_problem(problem) if real_view else None
-    for spec in reversed(_forced):
-        if spec.problem in (problem, real):
-            return spec
+    spec = forced_spec(problem, real)
+    if spec is not None:
+        return spec
     entry = tuned(problem_key(problem), k, arch, device)
     if entry is not None and entry["config"] is None:
         return None  # XLA measured faster

@@ -154,11 +154,15 @@ def select(dtype, transpose_a: bool, n: int, conj: bool, k: int, arch: str = "sm
     ranges of the contracted length K), and complex128 widths that would bind the
     FMA units (XLA's ZGEMM runs on the FP64 tensor cores there; float64 kernels
     use them too, and float32 has no such path at HIGHEST precision). Untuned
-    problems take the model's configuration."""
+    problems take the model's configuration; a forced spec (the tuner's) serves
+    its problem."""
     dtype = np.dtype(dtype).name
     if dtype not in KERNEL_DTYPES or not 1 <= n <= mtsm_codegen.MAX_N:
         return None
     problem = mtsm_codegen.MtsmProblem(transpose_a, dtype, n, conj=conj)
+    spec = _dispatch.forced_spec(problem)
+    if spec is not None:
+        return spec
     entry = _dispatch.tuned(_dispatch.mtsm_key(transpose_a, dtype, n), k, arch, device)
     if entry is not None:
         config = entry["config"]

@@ -237,12 +237,20 @@ def mtsm_roofline_seconds(dtype, m: int, n: int, k: int, ceilings: dict) -> floa
     return max(memory, flops / ceilings["peak_flops"][np.dtype(dtype).name])
 
 
-def _mtsm_operations(transpose_a: bool):
+def mtsm_operations(transpose_a: bool):
+    """The timed calls: jax_tsmm.mtsm, and XLA's dot at HIGHEST precision."""
     highest = lax.Precision.HIGHEST
     ours = lambda a, x: jax_tsmm.mtsm(a, x, transpose_a=transpose_a)
     if transpose_a:
         return ours, lambda a, x: jnp.matmul(a.T, x, precision=highest)
     return ours, lambda a, x: jnp.matmul(a, x, precision=highest)
+
+
+def mtsm_operand_sets(dtype, size: int, n: int, seed: int) -> list[tuple]:
+    """Two sets of fresh random operands, A (size, size) and X (size, n), for
+    either layout (the tuner's; the bench shares its A matrices between widths)."""
+    keys = iter(jax.random.split(jax.random.key(seed), 4))
+    return [(_random(next(keys), (size, size), dtype), _random(next(keys), (size, n), dtype)) for _ in range(2)]
 
 
 def mtsm_rows(dtypes, ceilings: dict, model: bool = False) -> list[dict]:
@@ -262,7 +270,7 @@ def mtsm_rows(dtypes, ceilings: dict, model: bool = False) -> list[dict]:
                 sets = list(zip(matrices, xs))
                 best = mtsm_roofline_seconds(dtype, size, width, size, ceilings)
                 for transpose_a in (False, True):
-                    ours, xla = _mtsm_operations(transpose_a)
+                    ours, xla = mtsm_operations(transpose_a)
                     with dispatch_context(model):
                         ours_s = seconds_per_call(ours, sets, best)
                     xla_s = seconds_per_call(xla, sets, best)

@@ -1,6 +1,6 @@
 """Autotuner: benchmark pruned candidate kernels per problem and K range, write the database.
 
-    python -m jax_tsmm.tune [--ops atb,ab] [--dtypes float64] [--shapes 1-64]
+    python -m jax_tsmm.tune [--ops atb,ab,mtsm,mtsm_t] [--dtypes float64] [--shapes 1-64]
                             [--candidates 12] [--refine 2] [--k-min K] [--k-max K]
                             [--db PATH | --device-db]
     python -m jax_tsmm.tune --from-bench bench.json [...] [--device-db]
@@ -12,7 +12,9 @@ model) are compiled in parallel, then timed on the same inputs as XLA's dot;
 ``--refine`` rounds of local search then time the neighbours of the fastest.
 The winner goes into ``jax_tsmm/tuning/<arch>.json`` with its time, its % of
 roofline and XLA's time; where XLA wins, the entry says so and dispatch uses
-XLA. Finished problems are kept, so an interrupted run resumes. ``--device-db``
+XLA. mtsm (``--ops mtsm,mtsm_t``, N from ``--shapes``) is tuned the same way
+over ``codegen.search.mtsm_candidates``, at M = K = 8192 and 16384 (its K
+ranges, MTSM_K_RANGES). Finished problems are kept, so an interrupted run resumes. ``--device-db``
 writes the file of this GPU model instead (``<arch>.<model>.json``, e.g.
 ``sm_90.NVIDIA_H200.json``), whose entries dispatch prefers, key by key, on
 that model.
@@ -45,12 +47,17 @@ import pathlib
 import jax
 import numpy as np
 
-from jax_tsmm import _cuda, _dispatch, _kernels, bench
-from jax_tsmm.codegen import Config, KernelSpec, Problem
-from jax_tsmm.codegen.search import candidates, neighbours
+from jax_tsmm import _cuda, _dispatch, _kernels, _mtsm, bench
+from jax_tsmm.codegen import Config, KernelSpec, MtsmProblem, MtsmSpec, Problem
+from jax_tsmm.codegen.search import candidates, mtsm_candidates, mtsm_neighbours, neighbours
 
 # K ranges as (k_min, K timed); None times the benchmark's size (1 GiB matrices).
 K_RANGES = ((0, 1 << 16), (1 << 18, 1 << 20), (1 << 22, None))
+# mtsm's, as (K from, M = K timed): the benchmark's smallest size, and its middle one
+# for the two larger (their kernels are alike, and a 30720-square matrix takes
+# four times as long to time).
+MTSM_K_RANGES = ((0, 8192), (16384, 16384))
+MTSM_OPS = ("mtsm", "mtsm_t")
 K_ALIGNED = 1 << 22  # where the largest range's atb winner is timed against XLA once more
 
 
@@ -72,33 +79,86 @@ def candidate_specs(problem: Problem, limit: int, arch: str) -> list[KernelSpec]
     return specs
 
 
-def range_index(entry: dict) -> int:
-    """Which of K_RANGES an entry was tuned for, by the K it was timed at (the
-    largest range's is the benchmark's K of the problem, which varies)."""
-    samples = [k_sample for _, k_sample in K_RANGES[:-1]]
-    return samples.index(entry["k_tuned"]) if entry.get("k_tuned") in samples else len(K_RANGES) - 1
+def range_index(entry: dict, table=None) -> int:
+    """Which range of ``table`` (K_RANGES, the default, or MTSM_K_RANGES) an entry
+    was tuned for, by the K it was timed at (K_RANGES' largest is the benchmark's
+    K of the problem, which varies)."""
+    table = table or K_RANGES
+    samples = [k_sample for _, k_sample in table if k_sample is not None]
+    return samples.index(entry["k_tuned"]) if entry.get("k_tuned") in samples else len(table) - 1
 
 
-def replace_ranges(old: list[dict], tuned: list[dict], ranges: set[int]) -> list[dict]:
-    """A key's entries after tuning ``ranges`` (indices into K_RANGES): the tuned
+def replace_ranges(old: list[dict], tuned: list[dict], ranges: set[int], table=None) -> list[dict]:
+    """A key's entries after tuning ``ranges`` (indices into ``table``): the tuned
     ranges' new entries, and the old entries of the other ranges."""
-    kept = [entry for entry in old if range_index(entry) not in ranges]
+    kept = [entry for entry in old if range_index(entry, table) not in ranges]
     return sorted(kept + tuned, key=lambda entry: entry["k_min"])
+
+
+def time_candidates(specs: list, incumbent, ours, sets: list[tuple], roof: float, arch: str, refine: int,
+                    neighbours_of, note=lambda spec: "") -> list[tuple[float, object]]:
+    """(seconds per call, spec) of each of ``specs`` (KernelSpecs or MtsmSpecs) and of
+    ``incumbent``, dispatch's choice before this run where it is a kernel the
+    search does not offer (so a new entry beats it in the same run rather than a
+    lucky figure of another day); then ``refine`` rounds of local search time the
+    untried ``neighbours_of(spec)`` of the fastest so far, stopping early once a
+    round finds nothing faster."""
+    timings = []
+
+    def time_all(trial: list) -> None:
+        _kernels.precompile(trial, arch)
+        for spec in trial:
+            with _dispatch.forced(spec):  # each timing traces a fresh jitted loop
+                timings.append((bench.seconds_per_call(ours, sets, roof), spec))
+            label = note(spec) + ("  (dispatch's choice before this run)" if spec == incumbent else "")
+            print(f"    {timings[-1][0] * 1e3:8.3f} ms ({100 * roof / timings[-1][0]:5.1f}%)  {spec.config}{label}",
+                  flush=True)
+
+    time_all(specs + ([incumbent] if incumbent is not None and incumbent not in specs else []))
+    for _ in range(refine):
+        best_s, best = min(timings, key=lambda t: t[0])
+        tried = {spec for _, spec in timings}
+        fresh = [spec for spec in neighbours_of(best) if spec not in tried]
+        if not fresh:
+            break
+        print(f"    refining around the fastest: {len(fresh)} neighbours", flush=True)
+        time_all(fresh)
+        if min(timings, key=lambda t: t[0])[0] >= best_s:
+            break
+    return timings
+
+
+def _entry(k_min: int, k: int, timings: list, xla_s: float, roof: float) -> dict:
+    """A database entry: the fastest of ``timings``, or XLA (config None) where it was faster."""
+    best_s, best = min(timings, key=lambda t: t[0])
+    print(f"  K>={k_min:<8} K={k:<10} best {best_s * 1e3:8.3f} ms ({100 * roof / best_s:5.1f}%)  "
+          f"xla {xla_s * 1e3:8.3f} ms ({100 * roof / xla_s:5.1f}%)", flush=True)
+    return {
+        "k_min": k_min, "k_tuned": k,
+        "config": dataclasses.asdict(best.config) if best_s < xla_s else None,
+        "tsmm_s": best_s, "tsmm_pct": 100 * roof / best_s,
+        "xla_s": xla_s, "xla_pct": 100 * roof / xla_s,
+        "candidates": len(timings),
+    }
 
 
 def tune_problem(problem: Problem, ceilings: dict, limit: int, arch: str, ranges: set[int] | None = None,
                  refine: int = 0, device: str = "") -> list[dict]:
     """Entries for the K ranges ``ranges`` (indices into K_RANGES; None: all): the fastest candidate in each
     (``real_view`` where it is the real view's), or XLA where it measured faster.
-    The kernel dispatch picks today for the range (the shipped databases' entry for
-    ``device``, or the model's) is timed among the candidates, so a new entry beats
-    it in the same run rather than a lucky figure of another day. ``refine`` rounds
-    of local search then time the untried neighbours of the fastest kernel so far
-    (``codegen.search.neighbours``), stopping early once a round finds nothing faster."""
+    Among the candidates, the kernel dispatch picks today for the range (the
+    shipped databases' entry for ``device``, or the model's) and ``refine``
+    rounds of ``codegen.search.neighbours`` (see ``time_candidates``)."""
     dtype = np.dtype(problem.dtype)
     specs = candidate_specs(problem, limit, arch)
-    _kernels.precompile(specs, arch)
     ours, xla = bench.operations(problem.op)
+
+    def neighbours_of(spec: KernelSpec) -> list[KernelSpec]:
+        return [KernelSpec(spec.problem, c) for c in neighbours(spec.problem, spec.config)]
+
+    def note(spec: KernelSpec) -> str:
+        return "  (real view)" if _dispatch.is_real_view(spec, problem.dtype) else ""
+
     entries = []
     for index, (range_min, k_sample) in enumerate(K_RANGES):
         if ranges is not None and index not in ranges:
@@ -107,50 +167,43 @@ def tune_problem(problem: Problem, ceilings: dict, limit: int, arch: str, ranges
         sets = bench.operand_sets(problem.op, dtype, problem.m, problem.n, k, seed=k)
         roof = bench.roofline_seconds(problem.op, dtype, problem.m, problem.n, k, ceilings)
         xla_s = bench.seconds_per_call(xla, sets, roof)
-        timings = []
         incumbent = _dispatch.select(problem.op, problem.dtype, problem.m, problem.n, k, 0, problem.conj, arch,
                                      device, update=problem.update)
-        shipped = [incumbent] if incumbent is not None and incumbent not in specs else []
-
-        def time_all(trial: list[KernelSpec]) -> None:
-            for spec in trial:
-                with _dispatch.forced(spec):  # each timing traces a fresh jitted loop
-                    timings.append((bench.seconds_per_call(ours, sets, roof), spec))
-                view = "  (real view)" if _dispatch.is_real_view(spec, problem.dtype) else ""
-                view += "  (dispatch's choice before this run)" if spec == incumbent else ""
-                print(f"    {timings[-1][0] * 1e3:8.3f} ms ({100 * roof / timings[-1][0]:5.1f}%)  {spec.config}{view}",
-                      flush=True)
-
-        _kernels.precompile(shipped, arch)
-        time_all(specs + shipped)
-        for _ in range(refine):
-            best_s, best = min(timings, key=lambda t: t[0])
-            tried = {spec for _, spec in timings}
-            fresh = [KernelSpec(best.problem, c) for c in neighbours(best.problem, best.config)]
-            fresh = [spec for spec in fresh if spec not in tried]
-            if not fresh:
-                break
-            print(f"    refining around the fastest: {len(fresh)} neighbours", flush=True)
-            _kernels.precompile(fresh, arch)
-            time_all(fresh)
-            if min(timings, key=lambda t: t[0])[0] >= best_s:
-                break
-        best_s, best = min(timings, key=lambda t: t[0])
-        entry = {
-            "k_min": range_min if k_sample else largest_range_min(k), "k_tuned": k,
-            "config": dataclasses.asdict(best.config) if best_s < xla_s else None,
-            "tsmm_s": best_s, "tsmm_pct": 100 * roof / best_s,
-            "xla_s": xla_s, "xla_pct": 100 * roof / xla_s,
-            "candidates": len(timings),
-        }
-        if best_s < xla_s and _dispatch.is_real_view(best, problem.dtype):
+        timings = time_candidates(specs, incumbent, ours, sets, roof, arch, refine, neighbours_of, note)
+        entry = _entry(range_min if k_sample else largest_range_min(k), k, timings, xla_s, roof)
+        best = min(timings, key=lambda t: t[0])[1]
+        if entry["config"] is not None and _dispatch.is_real_view(best, problem.dtype):
             entry["real_view"] = True  # config is the real problem's
         if problem.op == "atb" and not k_sample and entry["config"] is not None and k % K_ALIGNED:
             entry.update(xla_at_aligned_k(problem, best, ceilings, ours, xla))
         entries.append(entry)
         del sets
-        print(f"  K>={range_min:<8} K={k:<10} best {best_s * 1e3:8.3f} ms ({100 * roof / best_s:5.1f}%)  "
-              f"xla {xla_s * 1e3:8.3f} ms ({100 * roof / xla_s:5.1f}%)", flush=True)
+    return entries
+
+
+def tune_mtsm_problem(problem: MtsmProblem, ceilings: dict, limit: int, arch: str, ranges: set[int] | None = None,
+                      refine: int = 0, device: str = "") -> list[dict]:
+    """Entries for the ranges ``ranges`` of MTSM_K_RANGES (None: all), each timed at
+    M = K = its size: the fastest of ``codegen.search.mtsm_candidates``, dispatch's
+    kernel before this run and ``refine`` rounds of their neighbours, or XLA where
+    it measured faster."""
+    specs = [MtsmSpec(problem, c) for c in mtsm_candidates(problem, limit)]
+    ours, xla = bench.mtsm_operations(problem.transpose_a)
+
+    def neighbours_of(spec: MtsmSpec) -> list[MtsmSpec]:
+        return [MtsmSpec(problem, c) for c in mtsm_neighbours(problem, spec.config)]
+
+    entries = []
+    for index, (range_min, size) in enumerate(MTSM_K_RANGES):
+        if ranges is not None and index not in ranges:
+            continue
+        sets = bench.mtsm_operand_sets(problem.dtype, size, problem.n, seed=size)
+        roof = bench.mtsm_roofline_seconds(problem.dtype, size, problem.n, size, ceilings)
+        xla_s = bench.seconds_per_call(xla, sets, roof)
+        incumbent = _mtsm.select(problem.dtype, problem.transpose_a, problem.n, problem.conj, size, arch, device)
+        timings = time_candidates(specs, incumbent, ours, sets, roof, arch, refine, neighbours_of)
+        entries.append(_entry(range_min, size, timings, xla_s, roof))
+        del sets
     return entries
 
 
@@ -239,9 +292,9 @@ def parse_shapes(text: str) -> list[tuple[int, int]]:
     return shapes
 
 
-def _tuned_ranges(entries: list[dict]) -> set[int]:
+def _tuned_ranges(entries: list[dict], table=None) -> set[int]:
     """The K ranges the tuner wrote entries for (bench-made ones are tuned over)."""
-    return {range_index(entry) for entry in entries if not entry.get("source", "").startswith("bench")}
+    return {range_index(entry, table) for entry in entries if not entry.get("source", "").startswith("bench")}
 
 
 def _save(path: pathlib.Path, db: dict) -> None:
@@ -252,9 +305,10 @@ def _save(path: pathlib.Path, db: dict) -> None:
 
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--ops", default="atb,ab")
+    parser.add_argument("--ops", default="atb,ab", help="atb, ab, mtsm (A X), mtsm_t (Aᵀ X)")
     parser.add_argument("--dtypes", default="float64,float32,complex128,complex64")
-    parser.add_argument("--shapes", default="1-64", help="M = N values and M x N pairs, e.g. 1-64 or 3,8,13x48")
+    parser.add_argument("--shapes", default="1-64",
+                        help="M = N values and M x N pairs, e.g. 1-64 or 3,8,13x48; mtsm's N values, e.g. 1,2,4,8")
     parser.add_argument("--candidates", type=int, default=12)
     parser.add_argument("--refine", type=int, default=2,
                         help="rounds of local search around the fastest candidate (0: none)")
@@ -304,18 +358,26 @@ def main(argv=None) -> None:
     db = json.loads(path.read_text()) if path.exists() else {"entries": {}}
     ceilings = bench.measure_ceilings()
     db.update(device=device, arch=arch, ceilings=ceilings)
-    problems = [Problem(op, dtype, m, n) for dtype in args.dtypes.split(",") for op in args.ops.split(",")
+    dtypes, ops = args.dtypes.split(","), args.ops.split(",")
+    problems = [Problem(op, dtype, m, n) for dtype in dtypes for op in ops if op not in MTSM_OPS
                 for m, n in parse_shapes(args.shapes)]
-    wanted = {i for i, (range_min, _) in enumerate(K_RANGES)
-              if args.k_min <= range_min and (args.k_max is None or range_min <= args.k_max)}
+    if set(ops) & set(MTSM_OPS):
+        problems += [MtsmProblem(op == "mtsm_t", dtype, n) for dtype in dtypes for op in ops if op in MTSM_OPS
+                     for n in bench.parse_widths(args.shapes)]
     for index, problem in enumerate(problems):
-        key = _dispatch.problem_key(problem)
+        if isinstance(problem, MtsmProblem):
+            table, tune_one = MTSM_K_RANGES, tune_mtsm_problem
+            key = _dispatch.mtsm_key(problem.transpose_a, problem.dtype, problem.n)
+        else:
+            table, tune_one, key = K_RANGES, tune_problem, _dispatch.problem_key(problem)
+        wanted = {i for i, (range_min, _) in enumerate(table)
+                  if args.k_min <= range_min and (args.k_max is None or range_min <= args.k_max)}
         old = db["entries"].get(key, [])
-        if wanted <= _tuned_ranges(old):
+        if wanted <= _tuned_ranges(old, table):
             continue  # resume
         print(f"[{index + 1}/{len(problems)}] {key}", flush=True)
-        tuned = tune_problem(problem, ceilings, args.candidates, arch, wanted, args.refine, device)
-        db["entries"][key] = replace_ranges(old, tuned, wanted)
+        tuned = tune_one(problem, ceilings, args.candidates, arch, wanted, args.refine, device)
+        db["entries"][key] = replace_ranges(old, tuned, wanted, table)
         db["date"] = str(datetime.date.today())
         _save(path, db)
 

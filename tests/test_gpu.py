@@ -403,8 +403,7 @@ def test_tuned_kernels():
     """Every kernel configuration the shipped tuning databases of this architecture
     (its own and its GPU models') choose for atb, ab and ab's fused update
     (complex calls' real views included), on fresh random operands of an odd K.
-    (Their mtsm entries are the model's configurations, which
-    tests/test_mtsm_gpu.py runs.)"""
+    (tests/test_mtsm_gpu.py runs their mtsm entries.)"""
     files = sorted(_dispatch.TUNING_DIR.glob(f"{_cuda.arch()}.*json"))
     cases = []  # (the call's problem, the kernel: a real view's for a complex call where the entry says so)
     for key, entries in (item for f in files for item in json.loads(f.read_text())["entries"].items()):

@@ -25,6 +25,7 @@ from jax_tsmm import _kernels
 from jax_tsmm._mtsm import mtsm_p
 from jax_tsmm._mtsm import select as mtsm_select
 from jax_tsmm.codegen import mtsm as mtsm_codegen
+from jax_tsmm.codegen import search
 from reference import (
     DERIVATIVE_RTOL,
     assert_derivatives_match,
@@ -463,6 +464,29 @@ def test_invalid_configs_are_rejected(config, why):
     spec = mtsm_codegen.MtsmSpec(problem, mtsm_codegen.MtsmConfig(**config))
     with pytest.raises(mtsm_codegen.InvalidSpec, match=why):
         mtsm_codegen.validate(spec)
+
+
+@pytest.mark.parametrize("transpose_a, dtype, n", [(False, "float64", 1), (True, "float64", 24), (False, "float32", 13),
+                                                 (True, "float32", 64), (False, "float64", 64)])
+def test_search_offers_valid_distinct_candidates(transpose_a, dtype, n):
+    """The tuner's candidates: the model's default first, then valid configurations
+    of other shapes (DMMA among them for wide float64), within the limit; their
+    neighbours are valid and one step away."""
+    problem = mtsm_codegen.MtsmProblem(transpose_a, dtype, n)
+    found = search.mtsm_candidates(problem, 10)
+    assert found[0] == mtsm_codegen.default_config(problem)
+    assert len(found) == len(set(found)) == 10
+    assert len({(c.mma, c.tile_n, c.rows_per_thread, c.lanes, c.row_warps, c.k_groups) for c in found}) > 3
+    assert any(c.mma for c in found) == (dtype == "float64" and n > 16)  # DMMA where FMAs would bind
+    assert len(search.mtsm_candidates(problem, 1)) == 1
+    for config in found:
+        mtsm_codegen.validate(mtsm_codegen.MtsmSpec(problem, config))
+        for moved in search.mtsm_neighbours(problem, config):
+            mtsm_codegen.validate(mtsm_codegen.MtsmSpec(problem, moved))
+            changed = {f for f in dataclasses.asdict(config) if getattr(moved, f) != getattr(config, f)}
+            assert changed and changed <= {"stages", "blocks_per_sm", "chunk_rows", "lanes", "k_steps", "row_warps",
+                                           "k_groups"}, changed
+            assert len(changed - {"k_steps"}) <= 1  # k_groups moves with k_steps (the same bytes per row)
 
 
 @pytest.mark.usefixtures("model_kernels")

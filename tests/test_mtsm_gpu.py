@@ -1,5 +1,8 @@
 """mtsm's CUDA kernels on a GPU, against the float64/complex128 NumPy reference.
 
+Dispatch follows the model here (``model_kernels``), so each case reaches the
+kernel it names; ``test_tuned_kernels`` runs every mtsm kernel the shipped
+tuning database chooses, ``test_search_candidates`` those the tuner times.
 Skipped where no GPU is present. Every check draws fresh random inputs and
 poisons the allocator's free memory with NaN first, so an output element a
 kernel fails to write shows up as NaN.
@@ -9,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+import json
 import math
 
 import jax
@@ -18,8 +22,9 @@ import pytest
 from jax import lax
 
 import jax_tsmm
-from jax_tsmm import _cuda, _kernels, _mtsm
+from jax_tsmm import _cuda, _dispatch, _kernels, _mtsm
 from jax_tsmm.codegen import mtsm as mtsm_codegen
+from jax_tsmm.codegen import search
 from reference import DERIVATIVE_RTOL, assert_close, assert_tree_close, random_operand
 
 pytestmark = [pytest.mark.gpu, pytest.mark.usefixtures("model_kernels")]  # every case reaches its kernel
@@ -197,3 +202,51 @@ def test_many_batch_items_in_one_launch():
     a, x = operands(rng, "complex64", 40, 33, 3, True, (300,), (300,))
     assert math.prod(a.shape[:-2]) <= _mtsm.MAX_BATCH
     check(run(a, x, True, True), a, x, True, True)
+
+
+def _run_forced(spec: mtsm_codegen.MtsmSpec, rng) -> None:
+    """``spec`` on two random problems of ragged sizes: a few row blocks with K split
+    (the finalize), and many row blocks with a K of a few chunks."""
+    p = spec.problem
+    for m, k in ((2 * spec.block_rows + 5, 60 * spec.chunk + 3), (40 * spec.block_rows + 1, 3 * spec.chunk + 1)):
+        a, x = operands(rng, p.dtype, m, k, p.n, p.transpose_a)
+        with _dispatch.forced(spec):
+            out = run(a, x, p.transpose_a, p.conj)
+        check(out, a, x, p.transpose_a, p.conj)
+
+
+SEARCHED = [(False, "float64", 3), (True, "float64", 3), (False, "float64", 40), (True, "float64", 40),
+            (False, "float32", 16), (True, "float32", 7), (False, "float32", 64), (True, "float64", 64)]
+
+
+@pytest.mark.parametrize("transpose_a, dtype, n", SEARCHED)
+def test_search_candidates(transpose_a, dtype, n):
+    """Every configuration the tuner would time first for these problems (the
+    candidates, and the neighbours of the model's default), so a fast wrong kernel
+    cannot win a tuning run."""
+    problem = mtsm_codegen.MtsmProblem(transpose_a, dtype, n)
+    configs = search.mtsm_candidates(problem, 12)
+    configs += [c for c in search.mtsm_neighbours(problem, configs[0]) if c not in configs]
+    specs = [mtsm_codegen.MtsmSpec(problem, c) for c in configs]
+    _kernels.precompile(specs, _cuda.arch())
+    rng = np.random.default_rng()
+    for spec in specs:
+        _run_forced(spec, rng)
+
+
+def test_tuned_kernels():
+    """Every mtsm kernel the shipped tuning databases of this architecture (its own
+    and its GPU models') choose."""
+    files = sorted(_dispatch.TUNING_DIR.glob(f"{_cuda.arch()}.*json"))
+    specs = []
+    for key, entries in (item for f in files for item in json.loads(f.read_text())["entries"].items()):
+        op, dtype, n = key.split(":")
+        if op in ("mtsm", "mtsm_t"):
+            problem = mtsm_codegen.MtsmProblem(op == "mtsm_t", dtype, int(n.removeprefix("n")))
+            specs += [mtsm_codegen.MtsmSpec(problem, mtsm_codegen.MtsmConfig(**e["config"]))
+                      for e in entries if e["config"] is not None]
+    specs = list(dict.fromkeys(specs))
+    _kernels.precompile(specs, _cuda.arch())
+    rng = np.random.default_rng()
+    for spec in specs:
+        _run_forced(spec, rng)

@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 
 from jax_tsmm import _dispatch, tune
-from jax_tsmm.codegen import Config, KernelSpec, Problem, default_config, validate
+from jax_tsmm.codegen import Config, KernelSpec, MtsmConfig, MtsmProblem, MtsmSpec, Problem, default_config, validate
+from jax_tsmm.codegen.mtsm import validate as mtsm_validate
 
 CEILINGS = {
     "read_bytes_per_s": 1e10,
@@ -73,6 +74,40 @@ def test_dispatchs_current_kernel_is_timed_among_the_candidates(monkeypatch):
     (entry,) = tune.tune_problem(problem, CEILINGS, limit=2, arch="sm_90")
     assert asked == [("atb", "float64", 5, 5, 300)]
     assert entry["candidates"] == 3
+
+
+@pytest.mark.nvcc
+def test_mtsm_problems_are_tuned_over_their_own_search(monkeypatch, tmp_path):
+    """mtsm's entries, one per range of MTSM_K_RANGES, each timed at M = K = its
+    size: the winner of its own candidates and their neighbours, or XLA; main
+    writes them under the mtsm key, and resumes past them."""
+    monkeypatch.setattr(tune, "MTSM_K_RANGES", ((0, 64), (100, 160)))
+    problem = MtsmProblem(True, "float32", 3)
+    sizes = []
+    timed = tune.bench.seconds_per_call
+    monkeypatch.setattr(tune.bench, "seconds_per_call",
+                        lambda op, sets, roof: sizes.append(sets[0][0].shape) or timed(op, sets, roof))
+    entries = tune.tune_mtsm_problem(problem, CEILINGS, limit=2, arch="sm_90", refine=1)
+    assert [(e["k_min"], e["k_tuned"]) for e in entries] == [(0, 64), (100, 160)]
+    assert {shape for shape in sizes} == {(64, 64), (160, 160)}
+    for entry in entries:
+        assert entry["candidates"] > 2 and entry["tsmm_s"] > 0 and entry["xla_s"] > 0
+        if entry["config"] is not None:
+            mtsm_validate(MtsmSpec(problem, MtsmConfig(**entry["config"])))
+    tuned = []
+    monkeypatch.setattr(tune, "tune_mtsm_problem", lambda problem, *_: tuned.append(problem) or entries[:1])
+    monkeypatch.setattr(tune._cuda, "register_targets", lambda: True)
+    monkeypatch.setattr(tune._cuda, "arch", lambda: "sm_90")
+    monkeypatch.setattr(tune._cuda, "device_kind", lambda: "GPU")
+    monkeypatch.setattr(tune.bench, "measure_ceilings", lambda: CEILINGS)
+    db = tmp_path / "db.json"
+    argv = ["--ops", "mtsm,mtsm_t", "--dtypes", "float64", "--shapes", "2,8", "--k-max", "0", "--db", str(db)]
+    tune.main(argv)
+    tune.main(argv)  # resumes: nothing left to tune
+    assert tuned == [MtsmProblem(t, "float64", n) for t in (False, True) for n in (2, 8)]
+    written = json.loads(db.read_text())["entries"]
+    assert written == {key: entries[:1] for key in ("mtsm:float64:n2", "mtsm:float64:n8", "mtsm_t:float64:n2",
+                                                    "mtsm_t:float64:n8")}
 
 
 @pytest.mark.nvcc
