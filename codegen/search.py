@@ -253,7 +253,11 @@ def mtsm_score(spec: MtsmSpec) -> float:
     in_flight = c.blocks_per_sm * (c.stages - 1) * spec.stage_bytes
     latency = min(1.0, in_flight / MTSM_IN_FLIGHT_BYTES)
     warps = min(1.0, c.blocks_per_sm * spec.threads / 32 / 16)
-    return reuse * latency * warps * compute * useful
+    # A X reads a segment of each row of A per chunk: on an H200 (2026-11-23, float64
+    # N = 1..8) 128-byte segments ran at 65-79 % of the read roofline where 256-byte
+    # ones ran at 83-90 %.
+    contiguity = 1.0 if p.transpose_a else min(1.0, spec.chunk * p.element_bytes / MTSM_ROW_SEGMENT_BYTES[1])
+    return reuse * latency * warps * compute * useful * contiguity
 
 
 def _mtsm_grid(problem: MtsmProblem):
@@ -302,20 +306,25 @@ def _mtsm_usable(spec: MtsmSpec) -> bool:
 
 def mtsm_candidates(problem: MtsmProblem, limit: int = 12) -> list[MtsmConfig]:
     """Up to ``limit`` valid configurations, the model's default first, then the
-    best-scored, one per tile and thread shape before any second variant of a
-    shape (ring depth and blocks per SM matter less, and the tuner's neighbours
-    refine them)."""
+    best-scored, one per tile, thread shape and (A X) row segment before any
+    second variant of a shape (ring depth and blocks per SM matter less, and the
+    tuner's neighbours refine them)."""
     scored = {}
     for config in _mtsm_grid(problem):
         spec = MtsmSpec(problem, config)
         if config not in scored and _mtsm_usable(spec):
             scored[config] = mtsm_score(spec)
-    firsts, seconds, seen = [mtsm.default_config(problem)], [], set()
+    def shape(config: MtsmConfig) -> tuple:
+        segment = 0 if problem.transpose_a else MtsmSpec(problem, config).chunk  # A X: a row's share of a chunk
+        return (config.mma, config.tile_n, config.rows_per_thread, config.lanes, config.row_warps, config.k_groups,
+                segment)
+
+    default = mtsm.default_config(problem)
+    firsts, seconds, seen = [default], [], {shape(default)}
     for config in sorted(scored, key=scored.get, reverse=True):
-        shape = (config.mma, config.tile_n, config.rows_per_thread, config.lanes, config.row_warps, config.k_groups)
-        if config not in firsts:
-            (seconds if shape in seen else firsts).append(config)
-        seen.add(shape)
+        if config != default:
+            (seconds if shape(config) in seen else firsts).append(config)
+            seen.add(shape(config))
     return (firsts + seconds)[:limit]
 
 
