@@ -253,10 +253,12 @@ def mtsm_score(spec: MtsmSpec) -> float:
     in_flight = c.blocks_per_sm * (c.stages - 1) * spec.stage_bytes
     latency = min(1.0, in_flight / MTSM_IN_FLIGHT_BYTES)
     warps = min(1.0, c.blocks_per_sm * spec.threads / 32 / 16)
-    # A X reads a segment of each row of A per chunk: on an H200 (2026-11-23, float64
-    # N = 1..8) 128-byte segments ran at 65-79 % of the read roofline where 256-byte
-    # ones ran at 83-90 %.
-    contiguity = 1.0 if p.transpose_a else min(1.0, spec.chunk * p.element_bytes / MTSM_ROW_SEGMENT_BYTES[1])
+    # The FMA tiles of A X read a segment of each row of A per chunk: on an H200
+    # (2026-11-23, float64 N = 1..8) 128-byte segments ran at 65-79 % of the read
+    # roofline where 256-byte ones ran at 83-90 % (DMMA's 128-byte ones at N = 16
+    # ran at 83 %: they are not ranked by it).
+    short = not (p.transpose_a or c.mma)
+    contiguity = min(1.0, spec.chunk * p.element_bytes / MTSM_ROW_SEGMENT_BYTES[1]) if short else 1.0
     return reuse * latency * warps * compute * useful * contiguity
 
 
