@@ -18,9 +18,10 @@ broadcasts; the warps of a block split the chunk's K range (``k_groups``) and
 the columns of X (``n_groups``), then add their partial sums in shared memory
 in a fixed order.
 
-``mma`` (float64 only, either layout): the same staging, with the products on
-the FP64 tensor cores (mma.sync m8n8k4), for the widths that would bind the
-FMA units.
+``mma`` (float64 and float32, either layout): the same staging, with the
+products on the FP64 tensor cores (mma.sync m8n8k4), for the widths that would
+bind the FMA units; float32 is widened to double (exactly) on the way from
+shared memory to the fragments, and the sums are rounded once at the end.
 
 All: when rows/strips alone give too few blocks for the GPU, K is split over
 ``gridDim.y`` (decided by the lowering); each split writes its partial result
@@ -39,8 +40,8 @@ from dataclasses import dataclass
 
 from .abi import PRELUDE
 from .emit import _STAGE_COPY, _Arith, dmma_products
-from .spec import (DTYPES, MAX_REGISTERS, MAX_SHARED_BYTES, MAX_THREADS, VECTOR_BYTES, ElementType, InvalidSpec,
-                   dmma_stride)
+from .spec import (DTYPES, MAX_REGISTERS, MAX_SHARED_BYTES, MAX_THREADS, MMA_DTYPES, VECTOR_BYTES, ElementType,
+                   InvalidSpec, dmma_float_stride, dmma_stride)
 
 MAX_N = 64
 SM_SHARED_BYTES = 228 * 1024  # per SM on Hopper, of which 1 KiB per block is reserved
@@ -96,7 +97,7 @@ class MtsmConfig:
     chunk_rows       transpose_a=True: rows of A per stage.
     stages           shared-memory ring depth (stages - 1 chunks in flight).
     blocks_per_sm    resident blocks to aim for (__launch_bounds__ minimum).
-    mma              float64 only: the FP64 tensor cores (DMMA, mma.sync m8n8k4), for
+    mma              float64, float32: the FP64 tensor cores (DMMA, mma.sync m8n8k4), for
                      widths that would bind the FMA units. Then a warp owns
                      rows_per_thread blocks of 8 rows of out times all of N
                      (tile_n = N, in 8-column blocks); row_warps warps side by side
@@ -133,10 +134,10 @@ class MtsmSpec:
     @property
     def x_stride(self) -> int:
         """Elements between staged rows of X: every row 16-byte aligned, wide enough
-        for the last n group's reads past N. mma: 4 or 12 modulo 16 doubles, so the
-        4 rows x 8 columns of a B fragment fall in distinct banks."""
+        for the last n group's reads past N. mma: 4 or 12 modulo 16 doubles (8 or 24
+        modulo 32 floats), so the 4 rows x 8 columns of a B fragment fall in distinct banks."""
         if self.config.mma:
-            return dmma_stride(8 * self.n_blocks)
+            return self._fragment_stride(8 * self.n_blocks, "atb")
         return _round_up(self.n_groups * self.config.tile_n, self.problem.vector_elements)
 
     @property
@@ -172,13 +173,24 @@ class MtsmSpec:
     def a_stride(self) -> int:
         """Elements between staged rows of the A tile. transpose_a=False: an odd
         number of 16-byte words, so 8 lanes reading 8 rows hit 8 distinct bank groups.
-        mma: 4 or 12 modulo 16 doubles, for conflict-free A fragments."""
+        mma: strides for conflict-free A fragments (4 rows x 8 entries with
+        transpose_a, else 8 rows x 4 entries)."""
         if self.config.mma:
-            return dmma_stride(self.block_rows if self.problem.transpose_a else self.chunk)
+            if self.problem.transpose_a:
+                return self._fragment_stride(self.block_rows, "atb")
+            return self._fragment_stride(self.chunk, "ab")
         if self.problem.transpose_a:
             return self.block_rows
         vec = self.problem.vector_elements
         return self.chunk + (vec if (self.chunk // vec) % 2 == 0 else 0)
+
+    def _fragment_stride(self, width: int, layout: str) -> int:
+        """A DMMA operand's staged row stride: ``layout`` "atb" for fragments of 4
+        rows x 8 columns, "ab" for 8 rows x 4 columns (floats only; doubles take
+        dmma_stride either way)."""
+        if self.problem.dtype == "float64":
+            return dmma_stride(width)
+        return dmma_float_stride(width, layout)
 
     @property
     def stage_bytes(self) -> int:
@@ -246,8 +258,8 @@ def validate(spec: MtsmSpec) -> None:
     if c.stages < 2 or c.blocks_per_sm < 1:
         errors.append("stages must be >= 2 and blocks_per_sm >= 1")
     if c.mma:
-        if p.dtype != "float64" or c.tile_n != p.n or c.k_groups != 1:
-            errors.append("mma (DMMA) serves float64 only, with tile_n = N and k_groups = 1")
+        if p.dtype not in MMA_DTYPES or c.tile_n != p.n or c.k_groups != 1:
+            errors.append(f"mma (DMMA) serves {' and '.join(MMA_DTYPES)} only, with tile_n = N and k_groups = 1")
         if c.rows_per_thread < 1 or c.row_warps < 1 or c.k_groups < 1 or c.k_steps < 1:
             errors.append("rows_per_thread, row_warps, k_groups and k_steps must be >= 1")
     elif p.transpose_a:
@@ -709,11 +721,13 @@ def _emit_plain(spec: MtsmSpec, ar: _Arith) -> list[str]:
 
 
 def _emit_mma(spec: MtsmSpec, ar: _Arith) -> list[str]:
-    """float64 on the FP64 tensor cores (DMMA, mma.sync m8n8k4), both layouts: a
-    warp's 8x8 blocks of out accumulate 8x4 fragments of op(A) times 4x8 fragments
-    of X per 4 entries of K. Twice the FMA units' rate, for the widths that would
-    bind them."""
+    """The FP64 tensor cores (DMMA, mma.sync m8n8k4), both layouts: a warp's 8x8
+    blocks of out accumulate 8x4 fragments of op(A) times 4x8 fragments of X per 4
+    entries of K. Twice float64's FMA rate, for the widths that would bind the FMA
+    units; float32 stays float in shared memory (the bytes DRAM delivers) and is
+    widened exactly as each fragment is read."""
     p, c = spec.problem, spec.config
+    e = ar.elem
     vec, n, t = p.vector_elements, p.n, spec.threads
     tm, nb, br, kc = c.rows_per_thread, spec.n_blocks, spec.block_rows, spec.chunk
     sa_stride, xs = spec.a_stride, spec.x_stride
@@ -738,12 +752,12 @@ def _emit_mma(spec: MtsmSpec, ar: _Arith) -> list[str]:
             f"// The strip's rows of A ({br // vec} vectors a row, coalesced) at a padded stride;",
             "// rows past K are zeroed (whole chunks are consumed), columns past M left stale",
             "// (their sums are never stored).",
-            "double* sa = slot_a(slot);",
+            f"{e}* sa = slot_a(slot);",
             f"for (int v = tid; v < rows * {br // vec}; v += {t}) {{",
             f"  const int r = v / {br // vec};",
             f"  const int col = (v - r * {br // vec}) * {vec};",
             "  const long long gcol = row_base + col;",
-            "  const double* src = a + (k0 + r) * args.m + gcol;",
+            f"  const {e}* src = a + (k0 + r) * args.m + gcol;",
             f"  if (a_vectors && gcol + {vec} <= args.m) tsmm_cp_async_16(sa + r * {sa_stride} + col, src);",
             "  else {",
             f"    for (int q = 0; q < {vec}; ++q) {{",
@@ -759,12 +773,12 @@ def _emit_mma(spec: MtsmSpec, ar: _Arith) -> list[str]:
         a_copy = [
             f"// The tile: {br} rows x {kc} entries of K at a padded stride. Rows past M repeat",
             "// row M-1 (never stored); entries past K are zeroed (whole chunks are consumed).",
-            "double* sa = slot_a(slot);",
+            f"{e}* sa = slot_a(slot);",
             f"for (int v = tid; v < {br * vectors_per_row}; v += {t}) {{",
             f"  const int r = v / {vectors_per_row};",
             f"  const int col = (v - r * {vectors_per_row}) * {vec};",
-            "  const double* src = a + min(row_base + r, args.m - 1) * args.k + k0 + col;",
-            f"  double* to = sa + r * {sa_stride} + col;",
+            f"  const {e}* src = a + min(row_base + r, args.m - 1) * args.k + k0 + col;",
+            f"  {e}* to = sa + r * {sa_stride} + col;",
             f"  if (a_vectors && col + {vec} <= rows) tsmm_cp_async_16(to, src);",
             "  else {",
             f"    for (int q = 0; q < {vec}; ++q) {{",
@@ -777,8 +791,8 @@ def _emit_mma(spec: MtsmSpec, ar: _Arith) -> list[str]:
         a_fragment = lambda i: f"sa[row{i} * {sa_stride} + kk]"
     consume = [
         "(void)rows;  // whole chunks: the tail is zero-padded",
-        "const double* sa = slot_a(slot);",
-        "const double* sx = slot_x(slot);",
+        f"const {e}* sa = slot_a(slot);",
+        f"const {e}* sx = slot_x(slot);",
         "#pragma unroll",
         f"for (int s = 0; s < {c.k_steps}; ++s) {{",
         "  const int kk = s * 4 + frag_k;  // this lane's entry of K",
@@ -794,7 +808,8 @@ def _emit_mma(spec: MtsmSpec, ar: _Arith) -> list[str]:
 
     def store(acc: str, row: str, col: str) -> str:
         guards = [f"row_base + {row} < args.m"] + ([f"{col} < {n}"] if 8 * nb > n else [])
-        return f"if ({' && '.join(guards)}) dst[(row_base + {row}) * {n} + {col}] = {acc};"
+        value = acc if e == "double" else f"static_cast<{e}>({acc})"  # float32: rounded once, here
+        return f"if ({' && '.join(guards)}) dst[(row_base + {row}) * {n} + {col}] = {value};"
 
     stores = [store(*position) for position in positions]
     return body + ["", "// Store the blocks: rows past M and columns past N are skipped."] + stores

@@ -265,7 +265,7 @@ def mtsm_score(spec: MtsmSpec) -> float:
 def _mtsm_grid(problem: MtsmProblem):
     """Every configuration of the search space, before validation: register tiles,
     thread shapes, stage sizes (in bytes; each layout turns them into its chunk),
-    ring depths and blocks per SM; DMMA's for float64."""
+    ring depths and blocks per SM; DMMA's for float64 and float32."""
     p = problem
     vec = p.vector_elements
     depths = list(itertools.product((2, 3, 4), (1, 2, 3, 4)))
@@ -286,7 +286,7 @@ def _mtsm_grid(problem: MtsmProblem):
             for stages, blocks in depths:
                 yield MtsmConfig(tile_n=tile_n, rows_per_thread=rows_per_thread, row_warps=row_warps,
                                  k_groups=k_groups, k_steps=k_steps, stages=stages, blocks_per_sm=blocks)
-    if p.dtype != "float64":
+    if p.dtype not in MMA_DTYPES:
         return
     for blocks_of_rows, row_warps, stage_bytes in itertools.product((1, 2, 4), (2, 4, 8), MTSM_STAGE_BYTES):
         probe = MtsmSpec(p, MtsmConfig(tile_n=p.n, rows_per_thread=blocks_of_rows, row_warps=row_warps, mma=True))
@@ -310,7 +310,8 @@ def mtsm_candidates(problem: MtsmProblem, limit: int = 12) -> list[MtsmConfig]:
     """Up to ``limit`` valid configurations, the model's default first, then the
     best-scored, one per tile, thread shape and (A X) row segment before any
     second variant of a shape (ring depth and blocks per SM matter less, and the
-    tuner's neighbours refine them)."""
+    tuner's neighbours refine them); DMMA's best keep a quarter of the list from
+    N = 16."""
     scored = {}
     for config in _mtsm_grid(problem):
         spec = MtsmSpec(problem, config)
@@ -327,7 +328,13 @@ def mtsm_candidates(problem: MtsmProblem, limit: int = 12) -> list[MtsmConfig]:
         if config != default:
             (seconds if shape(config) in seen else firsts).append(config)
             seen.add(shape(config))
-    return (firsts + seconds)[:limit]
+    ranked = firsts + seconds
+    # The score compares register reuse within a path, not the FMA units against
+    # the tensor cores, so from two whole 8-column blocks the best DMMA
+    # configurations keep a quarter of the list.
+    reserved = [c for c in ranked if c.mma][: -(-limit // 4)] if problem.n >= 16 else []
+    kept = set(reserved) | set([c for c in ranked if c not in reserved][: limit - len(reserved)])
+    return [c for c in ranked if c in kept]
 
 
 def mtsm_neighbours(problem: MtsmProblem, config: MtsmConfig) -> list[MtsmConfig]:

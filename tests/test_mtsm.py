@@ -467,17 +467,17 @@ def test_invalid_configs_are_rejected(config, why):
 
 
 @pytest.mark.parametrize("transpose_a, dtype, n", [(False, "float64", 1), (True, "float64", 24), (False, "float32", 13),
-                                                 (True, "float32", 64), (False, "float64", 64)])
+                                                 (True, "float32", 64), (False, "float64", 64), (False, "float32", 16)])
 def test_search_offers_valid_distinct_candidates(transpose_a, dtype, n):
     """The tuner's candidates: the model's default first, then valid configurations
-    of other shapes (DMMA among them for wide float64), within the limit; their
+    of other shapes (DMMA among them from N = 16), within the limit; their
     neighbours are valid and one step away."""
     problem = mtsm_codegen.MtsmProblem(transpose_a, dtype, n)
     found = search.mtsm_candidates(problem, 10)
     assert found[0] == mtsm_codegen.default_config(problem)
     assert len(found) == len(set(found)) == 10
     assert len({(c.mma, c.tile_n, c.rows_per_thread, c.lanes, c.row_warps, c.k_groups) for c in found}) > 3
-    assert any(c.mma for c in found) == (dtype == "float64" and n > 16)  # DMMA where FMAs would bind
+    assert any(c.mma for c in found) == (n >= 16)  # DMMA where it fills two 8-column blocks
     assert len(search.mtsm_candidates(problem, 1)) == 1
     for config in found:
         mtsm_codegen.validate(mtsm_codegen.MtsmSpec(problem, config))

@@ -216,7 +216,8 @@ def _run_forced(spec: mtsm_codegen.MtsmSpec, rng) -> None:
 
 
 SEARCHED = [(False, "float64", 3), (True, "float64", 3), (False, "float64", 40), (True, "float64", 40),
-            (False, "float32", 16), (True, "float32", 7), (False, "float32", 64), (True, "float64", 64)]
+            (False, "float32", 16), (True, "float32", 7), (False, "float32", 64), (True, "float64", 64),
+            (True, "float32", 32)]
 
 
 @pytest.mark.parametrize("transpose_a, dtype, n", SEARCHED)
