@@ -8,8 +8,8 @@ import dataclasses
 import itertools
 import math
 
-from .model import _split, default_config
 from . import mtsm
+from .model import _split, default_config
 from .mtsm import MtsmConfig, MtsmProblem, MtsmSpec
 from .spec import FLAT_MAX_M, MMA_DTYPES, VECTOR_BYTES, Config, InvalidSpec, KernelSpec, Problem, validate
 

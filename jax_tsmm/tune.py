@@ -14,10 +14,10 @@ The winner goes into ``jax_tsmm/tuning/<arch>.json`` with its time, its % of
 roofline and XLA's time; where XLA wins, the entry says so and dispatch uses
 XLA. mtsm (``--ops mtsm,mtsm_t``, N from ``--shapes``) is tuned the same way
 over ``codegen.search.mtsm_candidates``, at M = K = 8192 and 16384 (its K
-ranges, MTSM_K_RANGES). Finished problems are kept, so an interrupted run resumes. ``--device-db``
-writes the file of this GPU model instead (``<arch>.<model>.json``, e.g.
-``sm_90.NVIDIA_H200.json``), whose entries dispatch prefers, key by key, on
-that model.
+ranges, MTSM_K_RANGES). Finished problems are kept, so an interrupted run
+resumes. ``--device-db`` writes the file of this GPU model instead
+(``<arch>.<model>.json``, e.g. ``sm_90.NVIDIA_H200.json``), whose entries
+dispatch prefers, key by key, on that model.
 
 ``--from-bench`` records the measurements of ``python -m jax_tsmm.bench --model``
 runs (the model's kernel against XLA on the same inputs, its K-sweep too) as
