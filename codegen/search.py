@@ -23,8 +23,9 @@ FLAT_PASSES = (4, 1, 16)
 FLAT_WAVES = (8, 1, 64)
 
 
-def _tile_widths(extent: int) -> list[int]:
-    return sorted({_split(extent, widest) for widest in range(1, 9)})
+def _tile_widths(extent: int, widest: int = 8) -> list[int]:
+    """Even splits of ``extent`` into tiles of 1..``widest``."""
+    return sorted({_split(extent, w) for w in range(1, widest + 1)})
 
 
 def _occupancy_ok(spec: KernelSpec) -> bool:
@@ -227,11 +228,6 @@ MTSM_ROW_SEGMENT_BYTES = (128, 256, 512, 1024)  # A X: bytes of each row of A pe
 MTSM_IN_FLIGHT_BYTES = 64 * 1024  # per SM, to cover DRAM latency at an H200's bandwidth
 
 
-def _mtsm_tile_widths(n: int) -> list[int]:
-    """Even splits of N's columns into 1..16 per thread."""
-    return sorted({-(-n // -(-n // widest)) for widest in range(1, min(n, 16) + 1)})
-
-
 def mtsm_score(spec: MtsmSpec) -> float:
     """Higher is better: products per shared-memory load (register reuse; DMMA's
     rate counted twice), bytes in flight per SM, warps per SM, the FMA units'
@@ -273,7 +269,7 @@ def _mtsm_grid(problem: MtsmProblem):
     if p.transpose_a:
         rows = [r for r in (1, 2, 4) if vec % r == 0]
         for tile_n, rows_per_thread, lanes, stage_bytes in itertools.product(
-                _mtsm_tile_widths(p.n), rows, (32, 64, 128, 256), MTSM_STAGE_BYTES):
+                _tile_widths(p.n, 16), rows, (32, 64, 128, 256), MTSM_STAGE_BYTES):
             strip_bytes = lanes * rows_per_thread * p.element_bytes
             chunk_rows = max(1, stage_bytes // (strip_bytes + x_row_bytes))
             for stages, blocks in depths:
@@ -281,7 +277,7 @@ def _mtsm_grid(problem: MtsmProblem):
                                  stages=stages, blocks_per_sm=blocks)
     else:
         for tile_n, rows_per_thread, row_warps, k_groups, segment in itertools.product(
-                _mtsm_tile_widths(p.n), (1, 2, 4), (1, 2, 4), (1, 2, 4, 8), MTSM_ROW_SEGMENT_BYTES):
+                _tile_widths(p.n, 16), (1, 2, 4), (1, 2, 4), (1, 2, 4, 8), MTSM_ROW_SEGMENT_BYTES):
             k_steps = max(1, segment // VECTOR_BYTES // k_groups)
             for stages, blocks in depths:
                 yield MtsmConfig(tile_n=tile_n, rows_per_thread=rows_per_thread, row_warps=row_warps,

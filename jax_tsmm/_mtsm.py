@@ -152,8 +152,9 @@ def select(dtype, transpose_a: bool, n: int, conj: bool, k: int, arch: str = "sm
     """The kernel for this problem, or None for XLA's dot: half precision, N
     outside 1..MAX_N, where the tuning database says XLA measured faster (by
     ranges of the contracted length K), and complex128 widths that would bind the
-    FMA units (XLA's ZGEMM runs on the FP64 tensor cores there; float64 kernels
-    use them too, and float32 has no such path at HIGHEST precision). Untuned
+    FMA units (XLA's ZGEMM runs on the FP64 tensor cores there, as the float64
+    and float32 kernels do; XLA's complex64 has no such path at HIGHEST
+    precision). Untuned
     problems take the model's configuration; a forced spec (the tuner's) serves
     its problem."""
     dtype = np.dtype(dtype).name

@@ -89,7 +89,7 @@ def test_mtsm_problems_are_tuned_over_their_own_search(monkeypatch, tmp_path):
                         lambda op, sets, roof: sizes.append(sets[0][0].shape) or timed(op, sets, roof))
     entries = tune.tune_mtsm_problem(problem, CEILINGS, limit=2, arch="sm_90", refine=1)
     assert [(e["k_min"], e["k_tuned"]) for e in entries] == [(0, 64), (100, 160)]
-    assert {shape for shape in sizes} == {(64, 64), (160, 160)}
+    assert set(sizes) == {(64, 64), (160, 160)}
     for entry in entries:
         assert entry["candidates"] > 2 and entry["tsmm_s"] > 0 and entry["xla_s"] > 0
         if entry["config"] is not None:
