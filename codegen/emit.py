@@ -208,6 +208,33 @@ __device__ __forceinline__ void tsmm_dmma16(double& d0, double& d1, double& d2, 
 #endif
 }
 
+// 3xTF32 (Config.tf32x3): a float as a TF32 part and a TF32 remainder, each rounded
+// to nearest (the tensor cores read only a TF32's top 19 bits), so hi * hi +
+// hi * lo + lo * hi carries the product to within 2^-21 of it.
+struct tsmm_tf32_pair {
+  unsigned hi, lo;
+};
+__device__ __forceinline__ tsmm_tf32_pair tsmm_split_tf32(float x) {
+  tsmm_tf32_pair part;
+#if __CUDA_ARCH__ >= 800
+  asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(part.hi) : "f"(x));
+  asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(part.lo) : "f"(x - __uint_as_float(part.hi)));
+#endif
+  return part;
+}
+
+// D += A B on the TF32 tensor cores, one m16n8k8 step with float32 sums (which
+// the tensor cores truncate: callers keep such sums short).
+__device__ __forceinline__ void tsmm_mma_tf32(float& d0, float& d1, float& d2, float& d3, unsigned a0,
+                                              unsigned a1, unsigned a2, unsigned a3, unsigned b0, unsigned b1) {
+#if __CUDA_ARCH__ >= 800
+  asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+               "{%0,%1,%2,%3};\n"
+               : "+f"(d0), "+f"(d1), "+f"(d2), "+f"(d3)
+               : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+#endif
+}
+
 // Hopper's bulk copies (TMA, cp.async.bulk) and transaction barriers (mbarrier):
 // one thread moves a whole span, and the barrier's phase completes once its
 // arrivals are in and the bytes it was told to expect have landed.
@@ -364,6 +391,25 @@ def dmma_products(tm: int, tn: int, acc, a, b) -> list[str]:
                              f"{a(i)}, {a(i + 1)}, {b(j)});")
             else:
                 lines.append(f"tsmm_dmma({acc(i, j)}_0, {acc(i, j)}_1, {a(i)}, {b(j)});")
+    return lines
+
+
+def tf32_products(tm: int, tn: int, acc, a, b, terms=("lo_hi", "hi_lo", "hi_hi")) -> list[str]:
+    """The 3xTF32 steps of a tm x tn tile of 8x8 blocks (Config.tf32x3): blocks i
+    and i+1 stacked along M share B, one m16n8k8 each (a lone last block pads its
+    partner's rows with zeros into ``spare``); ``a(i, h)`` and ``b(j, h)`` name the
+    split fragments of the step's two k halves, ``acc(i, j)`` block (i, j)'s pair
+    of sums. The small terms go first, so the sum carries them before it grows."""
+    lines = []
+    for term in terms:
+        x, y = term.split("_")
+        for i in range(0, tm, 2):
+            for j in range(tn):
+                low = (f"{acc(i + 1, j)}_0", f"{acc(i + 1, j)}_1") if i + 1 < tm else ("spare_0", "spare_1")
+                a_low = [f"{a(i + 1, h)}.{x}" if i + 1 < tm else "0u" for h in (0, 1)]
+                lines.append(
+                    f"tsmm_mma_tf32({acc(i, j)}_0, {acc(i, j)}_1, {low[0]}, {low[1]}, {a(i, 0)}.{x}, {a_low[0]}, "
+                    f"{a(i, 1)}.{x}, {a_low[1]}, {b(j, 0)}.{y}, {b(j, 1)}.{y});")
     return lines
 
 
@@ -643,43 +689,83 @@ def _atb_fma_body(spec: KernelSpec, ar: _Arith) -> tuple[list[str], list[tuple[s
 
 
 def _atb_mma_body(spec: KernelSpec, ar: _Arith) -> tuple[list[str], list[tuple[str, str, str, str | None]]]:
-    """FP64 tensor cores (DMMA, mma.sync m8n8k4): each warp owns tile_m x tile_n
-    8x8 blocks of the result and consumes 4 rows per step; row groups of warps
-    take turns over the rows. Twice the FMA units' rate for float64, for the wide
-    shapes that turn compute-bound on them; for float32 (widened to double) the
-    FMA units' rate with a fraction of their instructions and shared loads."""
+    """Tensor cores: each warp owns tile_m x tile_n 8x8 blocks of the result; row
+    groups of warps take turns over the rows. DMMA (mma.sync m8n8k4) consumes 4
+    rows per k-step: twice the FMA units' rate for float64, for the wide shapes
+    that turn compute-bound on them; for float32 (widened to double) the FMA
+    units' rate with a fraction of their instructions and shared loads. 3xTF32
+    (Config.tf32x3, float32) consumes 8 rows per k-step, two DMMA k-steps' rows
+    side by side, with no widening."""
     p, c = spec.problem, spec.config
     e = ar.elem
     tm, tn = c.tile_m, c.tile_n
     warps_m, warps_n = spec.tiles_m, spec.tiles_n
     warps = warps_m * warps_n
     s = spec.row_spacing
+    tf32 = c.tf32x3
+    halves = (0, 1) if tf32 else (0,)
 
     def k_step(t: int) -> list[str]:
-        """DMMA k-step t of a row step: rows r + t + s * frag_k, one per lane quad, row t
-        of groups r / s + frag_k."""
-        row = "r + frag_k" if s == 1 else f"r + {t} + {s} * frag_k"
+        """k-step t of a row step: in each half h, rows r + 4 s h + t + s * frag_k, one per
+        lane quad (row t of groups r / s + 4 h + frag_k)."""
+        lines = []
+        for h in halves:
+            base = f"r + {4 * s * h}" if h else "r"
+            row = f"{base} + frag_k" if s == 1 else f"{base} + {t} + {s} * frag_k"
 
-        def at(width: int) -> str:
-            stride = spec.smem_stride(width)
-            if not spec.groups_padded(width):  # evenly strided rows
-                return f"({row}) * {stride}"
-            return f"(r / {s} + frag_k) * {spec.group_stride(width)}" + (f" + {t * stride}" if t else "")
+            def at(width: int) -> str:
+                stride = spec.smem_stride(width)
+                if not spec.groups_padded(width):  # evenly strided rows
+                    return f"({row}) * {stride}"
+                group = f"r / {s} + {4 * h} + frag_k" if h else f"r / {s} + frag_k"
+                return f"({group}) * {spec.group_stride(width)}" + (f" + {t * stride}" if t else "")
 
-        return [
-            f"const bool inside = {row} < rows;",
-            *[f"const double a{i} = inside ? sa[{at(p.m)} + col_a{i}] : 0.0;" for i in range(tm)],
-            *[f"const double b{j} = inside ? sb[{at(p.n)} + col_b{j}] : 0.0;" for j in range(tn)],
-            *dmma_products(tm, tn, lambda i, j: f"acc_{i}_{j}", lambda i: f"a{i}", lambda j: f"b{j}"),
-        ]
+            suffix = f"_{h}" if tf32 else ""
+            if tf32:
+                load = lambda operand, i, width: (  # noqa: E731
+                    f"const tsmm_tf32_pair {operand}{i}{suffix} = "
+                    f"tsmm_split_tf32(inside{suffix} ? s{operand}[{at(width)} + col_{operand}{i}] : 0.0f);")
+            else:
+                load = lambda operand, i, width: (  # noqa: E731
+                    f"const double {operand}{i} = inside ? s{operand}[{at(width)} + col_{operand}{i}] : 0.0;")
+            lines += [
+                f"const bool inside{suffix} = {row} < rows;",
+                *[load("a", i, p.m) for i in range(tm)],
+                *[load("b", j, p.n) for j in range(tn)],
+            ]
+        if tf32:
+            return lines + tf32_products(tm, tn, lambda i, j: f"part_{i}_{j}", lambda i, h: f"a{i}_{h}",
+                                         lambda j, h: f"b{j}_{h}")
+        return lines + dmma_products(tm, tn, lambda i, j: f"acc_{i}_{j}", lambda i: f"a{i}", lambda j: f"b{j}")
 
+    step_rows = spec.mma_k * s
     padded_groups = [str(spec.group_stride(w)) for w in (p.m, p.n) if spec.groups_padded(w)]
     row_step = ["  " + line for line in k_step(0)] if s == 1 else [
         line for t in range(s) for line in [f"  {{  // k-step {t}", *["    " + x for x in k_step(t)], "  }"]]
+    if tf32:
+        sums = [f"part_{i}_{j}_{h}" for i in range(tm) for j in range(tn) for h in range(2)]
+        row_step = [
+            "  // The tensor cores truncate their float32 sums: a row step's products are summed",
+            "  // there from zero, then added to the running sums, which round to nearest.",
+            f"  float {' = 0, '.join(sums)} = 0;",
+            *(["  float spare_0 = 0, spare_1 = 0;  // a lone last block's zero partner"] if tm % 2 else []),
+            *row_step,
+            *[f"  acc_{i}_{j}_{h} += part_{i}_{j}_{h};" for i in range(tm) for j in range(tn) for h in range(2)],
+        ]
+    if tf32:
+        step_comment = (f"// {step_rows} rows: {s} m16n8k8 k-step(s) per two 8x8 blocks, each taking a DMMA"
+                        f" k-step's rows in two halves {4 * s} rows apart")
+    elif s > 1:
+        step_comment = f"// {step_rows} rows: {s} DMMA k-steps per 8x8 block, each taking 4 rows {s} apart"
+    else:
+        step_comment = "// Four rows: one DMMA per 8x8 block"
+    if s > 1:
+        step_comment += " (bank-conflict-free unpadded rows" + (
+            "" if not padded_groups else f", in groups of {s} padded to {' and '.join(padded_groups)} elements") + ")"
     body = _block_prologue(spec, ar, "b") + [
         "",
         f"// Thread place: warp (warp_m, warp_n) owns {tm}x{tn} blocks of 8x8; warps in row",
-        f"// group g take the {4 * s}-row steps g, g+{c.row_groups}, ... of each stage.",
+        f"// group g take the {step_rows}-row steps g, g+{c.row_groups}, ... of each stage.",
         *([f"// Threads from {spec.consumer_threads} on are the producer warp (row group {c.row_groups})."]
           if spec.bulk else []),
         "const int lane = tid % 32;",
@@ -687,29 +773,29 @@ def _atb_mma_body(spec: KernelSpec, ar: _Arith) -> tuple[list[str], list[tuple[s
         f"const int row_group = tid / {32 * warps};",
         f"const int warp_m = warp % {warps_m};",
         f"const int warp_n = warp / {warps_m};",
-        "// PTX m8n8k4 f64 fragments: A (8x4, row) holds [lane/4][lane%4], B (4x8, col)",
-        "// [lane%4][lane/4], D (8x8) [lane/4][2*(lane%4) + h]. Columns past M or N are",
-        "// clamped for reading; their results are never stored.",
+        *(["// PTX m16n8k8 tf32 fragments: A (16x8, row) holds [lane/4 (+8)][lane%4 (+4)], B (8x8,",
+           "// col) [lane%4 (+4)][lane/4], D (16x8) [lane/4 (+8)][2*(lane%4) + h]: per 8x8 block, a",
+           "// DMMA k-step's fragments in each k half."] if tf32 else
+          ["// PTX m8n8k4 f64 fragments: A (8x4, row) holds [lane/4][lane%4], B (4x8, col)",
+           "// [lane%4][lane/4], D (8x8) [lane/4][2*(lane%4) + h]."]),
+        "// Columns past M or N are clamped for reading; their results are never stored.",
         "const int frag_k = lane % 4;",
         *[f"const int col_a{i} = min((warp_m * {tm} + {i}) * 8 + lane / 4, {p.m - 1});" for i in range(tm)],
         *[f"const int col_b{j} = min((warp_n * {tn} + {j}) * 8 + lane / 4, {p.n - 1});" for j in range(tn)],
         "",
-        *[f"double acc_{i}_{j}_{h} = 0;" for i in range(tm) for j in range(tn) for h in range(2)],
+        *[f"{'float' if tf32 else 'double'} acc_{i}_{j}_{h} = 0;" for i in range(tm) for j in range(tn) for h in range(2)],
         "",
         *_atb_slots(spec, e),
         "",
-        (f"// {4 * s} rows: {s} DMMA k-steps per 8x8 block, each taking 4 rows {s} apart (bank-conflict"
-         "-free unpadded rows" + ("" if padded_groups == [] else
-                                  f", in groups of {s} padded to {' and '.join(padded_groups)} elements") + ");"
-         if s > 1 else "// Four rows: one DMMA per 8x8 block;")
-        + " rows past `rows` (the last chunk) count as zero.",
-        *(["// float32 fragments are widened to double (exactly) as they leave shared memory."] if e == "float" else []),
+        step_comment + "; rows past `rows` (the last chunk) count as zero.",
+        *(["// float32 fragments are widened to double (exactly) as they leave shared memory."]
+          if e == "float" and not tf32 else []),
         f"auto row_step = [&](const {e}* sa, const {e}* sb, int r, int rows) {{",
         *row_step,
         "};",
         "",
     ]
-    issue, consume = _atb_consume(spec, e, 4 * s)
+    issue, consume = _atb_consume(spec, e, step_rows)
     if spec.bulk:
         body += _bulk_pipeline(spec, consume) + ["__syncthreads();  // the ring is drained: the reduction may reuse it"]
     else:
@@ -1129,15 +1215,17 @@ def _ab_fma_tiles(spec: KernelSpec, ar: _Arith):
 
 
 def _ab_mma_tiles(spec: KernelSpec, ar: _Arith):
-    """FP64 tensor cores (DMMA, mma.sync m8n8k4) for wide float64 ab, which turns
-    compute-bound on the FMA units, and float32 ab (widened to double): C lives
-    in registers as the B fragments of every 4-wide step of the inner index; a
-    warp turns tile_m slabs of 8 staged rows into tile_m x tile_n 8x8 blocks of
-    out per pass."""
+    """Tensor cores for wide ab: DMMA (mma.sync m8n8k4) for float64, which turns
+    compute-bound on the FMA units, and float32 (widened to double), or 3xTF32
+    (Config.tf32x3, float32; m16n8k8: two 4-wide steps side by side and two
+    slabs stacked). C lives in registers as the B fragments of every 4-wide step
+    of the inner index; a warp turns tile_m slabs of 8 staged rows into tile_m x
+    tile_n 8x8 blocks of out per pass."""
     p, c = spec.problem, spec.config
     tm, tn = c.tile_m, c.tile_n
     warps_n = spec.tiles_m
-    k_steps = -(-p.m // 4)
+    tf32 = c.tf32x3
+    k_steps = -(-p.m // spec.mma_k) * spec.mma_k // 4  # 4-wide steps, whole m16n8k8 steps for TF32
     stride = spec.smem_stride(p.m)
     setup = [
         f"// Thread place: warp `warp_n` owns {tn} blocks of 8 columns of N; warps of row group g",
@@ -1151,10 +1239,14 @@ def _ab_mma_tiles(spec: KernelSpec, ar: _Arith):
         "const int frag_k = lane % 4;",
         "",
         f"// C as B fragments, loaded once: c_<step>_<block> = C[4*step + frag_k][8*block + frag_row],",
-        "// zero past M or N so that the steps and blocks that overhang add nothing.",
+        "// zero past M or N so that the steps and blocks that overhang add nothing"
+        + (" (split into TF32 parts)." if tf32 else "."),
         *[f"const int c_col{j} = (warp_n * {tn} + {j}) * 8 + frag_row;" for j in range(tn)],
         *[
-            f"const double c_{ks}_{j} = {ks * 4} + frag_k < {p.m} && c_col{j} < {p.n} ? __ldg(&c[({ks * 4} + frag_k) * {p.n} + c_col{j}]) : 0.0;"
+            (f"const tsmm_tf32_pair c_{ks}_{j} = tsmm_split_tf32({ks * 4} + frag_k < {p.m} && c_col{j} < {p.n} ? "
+             f"__ldg(&c[({ks * 4} + frag_k) * {p.n} + c_col{j}]) : 0.0f);" if tf32 else
+             f"const double c_{ks}_{j} = {ks * 4} + frag_k < {p.m} && c_col{j} < {p.n} ? "
+             f"__ldg(&c[({ks * 4} + frag_k) * {p.n} + c_col{j}]) : 0.0;")
             for ks in range(k_steps) for j in range(tn)
         ],
         "// Columns of out this lane stores: D's [.][2*frag_k + h] of each block.",
@@ -1208,19 +1300,49 @@ def _ab_mma_tiles(spec: KernelSpec, ar: _Arith):
                     accs = (f"acc_{i}_{j}_0", f"acc_{i}_{j}_1") if pairs else (f"acc_{i}_{j}_{h}",)
                     tiles.append((accs, row, f"out_col{j}_{h}", " && ".join(guards) or None))
         prefetch, stores = _ab_store(spec, ar, tiles)
+        def a_fragment(i: int, ks: int) -> str:
+            """Slab i's A at inner index 4 ks + frag_k; columns past M are masked (the
+            padding of a staged row is never written)."""
+            at = f"sa[{slab_at(i)} + {ks * 4} + frag_k]"
+            if ks * 4 >= p.m:
+                return "0.0f"
+            return f"frag_k < {p.m - ks * 4} ? {at} : 0.0f" if ks * 4 + 4 > p.m else at
+
+        if tf32:
+            lines = [
+                *([f"const int slab = base + row_group * {8 * tm};"] if spacing == 1 else []),
+                "// The tensor cores truncate their float32 sums: hi x hi (acc) and the small",
+                "// correction terms (fix) are summed apart, a few steps each, then added once.",
+                *[f"float acc_{i}_{j}_{h} = 0, fix_{i}_{j}_{h} = 0;" for i in range(tm) for j in range(tn) for h in range(2)],
+                *(["float spare_0 = 0, spare_1 = 0;  // a lone last slab's zero partner"] if tm % 2 else []),
+                *prefetch,
+                f"// {k_steps // 2} m16n8k8 steps of 8 along the inner index, per two slabs and 8 columns.",
+            ]
+            for q in range(k_steps // 2):
+                lines += [
+                    "{",
+                    *[f"  const tsmm_tf32_pair a{i}_{h} = tsmm_split_tf32({a_fragment(i, 2 * q + h)});"
+                      for i in range(tm) for h in (0, 1)],
+                    *["  " + line for line in tf32_products(
+                        tm, tn, lambda i, j: f"fix_{i}_{j}", lambda i, h: f"a{i}_{h}",
+                        lambda j, h, q=q: f"c_{2 * q + h}_{j}", terms=("lo_hi", "hi_lo"))],
+                    *["  " + line for line in tf32_products(
+                        tm, tn, lambda i, j: f"acc_{i}_{j}", lambda i, h: f"a{i}_{h}",
+                        lambda j, h, q=q: f"c_{2 * q + h}_{j}", terms=("hi_hi",))],
+                    "}",
+                ]
+            lines += [f"acc_{i}_{j}_{h} += fix_{i}_{j}_{h};" for i in range(tm) for j in range(tn) for h in range(2)]
+            return lines + stores
         lines = [
             *([f"const int slab = base + row_group * {8 * tm};"] if spacing == 1 else []),
             *[f"double acc_{i}_{j}_{h} = 0;" for i in range(tm) for j in range(tn) for h in range(2)],
             *prefetch,
-            f"// {k_steps} steps of 4 along the inner index, one DMMA per 8x8 block each; A's",
-            "// columns past M are masked: the padding of a staged row is never written.",
+            f"// {k_steps} steps of 4 along the inner index, one DMMA per 8x8 block each.",
         ]
         for ks in range(k_steps):
-            inside = f"frag_k < {p.m - ks * 4} ? " if ks * 4 + 4 > p.m else ""
             lines += [
                 "{",
-                *[f"  const double a{i} = {inside}sa[{slab_at(i)} + {ks * 4} + frag_k]{' : 0.0' if inside else ''};"
-                  for i in range(tm)],
+                *[f"  const double a{i} = {a_fragment(i, ks)};" for i in range(tm)],
                 *["  " + line for line in dmma_products(tm, tn, lambda i, j: f"acc_{i}_{j}", lambda i: f"a{i}",
                                                          lambda j, ks=ks: f"c_{ks}_{j}")],
                 "}",

@@ -60,28 +60,36 @@ def _has_bulk_copies(arch: str) -> bool:
     return int(arch.removeprefix("sm_").rstrip("af")) >= 90
 
 
+def _has_tf32(arch: str) -> bool:
+    """Whether GPUs of ``arch`` have the TF32 tensor cores (mma.sync m16n8k8 tf32)."""
+    return int(arch.removeprefix("sm_").rstrip("af")) >= 80
+
+
 def _mma_candidates(problem: Problem, arch: str) -> dict[Config, float]:
-    """DMMA configurations (float64, float32), scored like the rest with the tensor cores'
-    doubled rate counted as twice the reuse; also with bulk stage copies where the
-    GPU has them (validate keeps the layouts that allow them), and ab's bulk ones
-    also in WAVES waves of blocks (a launch parameter the measurement decides)."""
+    """Tensor-core configurations, scored like the rest with the tensor cores' rate
+    counted as twice the reuse: DMMA (float64, float32) and, for float32 where the
+    GPU has them, 3xTF32 ahead of DMMA (which spends as much pipe time widening
+    floats as on its products); also with bulk stage copies where the GPU has them
+    (validate keeps the layouts that allow them), and ab's bulk ones also in WAVES
+    waves of blocks (a launch parameter the measurement decides)."""
     found = {}
     atb = problem.op == "atb"
     bulk = _has_bulk_copies(arch)
+    tf32_options = (False, True) if problem.dtype == "float32" and _has_tf32(arch) else (False,)
     probe = KernelSpec(problem, Config(tile_m=1, tile_n=1, mma=True, rows_per_stage=8, row_groups=1, c_source="global"))
     row_bytes = (probe.smem_stride(problem.m) + (probe.smem_stride(problem.n) if atb else 0)) * problem.element_bytes
     out_row_bytes = problem.n * problem.element_bytes
-    for tile_m, tile_n, row_groups, stage_bytes, stages, blocks, stage_out, stage_copy in itertools.product(
+    for tile_m, tile_n, row_groups, stage_bytes, stages, blocks, stage_out, stage_copy, tf32x3 in itertools.product(
         range(1, 9), range(1, 9), (1, 2, 3, 4, 8), STAGE_BYTES, (2, 3, 4, 6), (1, 2, 3), _stage_outs(problem),
-        ("vector", "bulk") if bulk else ("vector",),
+        ("vector", "bulk") if bulk else ("vector",), tf32_options,
     ):
         if tile_m * tile_n > 16 or stages == 6 and not (stage_copy == "bulk" and blocks == 1):
             continue  # a deep ring serves one block of bulk copies only (nothing else keeps it full)
-        per_pass = KernelSpec(problem, Config(row_groups=row_groups, mma=True, stage_copy=stage_copy)).rows_per_pass \
-            if atb else 8 * tile_m * row_groups
+        per_pass = KernelSpec(problem, Config(row_groups=row_groups, mma=True, tf32x3=tf32x3,
+                                              stage_copy=stage_copy)).rows_per_pass if atb else 8 * tile_m * row_groups
         rows = max(per_pass, stage_bytes // (row_bytes + stage_out * out_row_bytes) // per_pass * per_pass)
         config = Config(tile_m=tile_m, tile_n=tile_n, mapping="blocked", row_groups=row_groups,
-                        rows_per_stage=rows, stages=stages, unroll=2 if atb else 1, mma=True,
+                        rows_per_stage=rows, stages=stages, unroll=2 if atb else 1, mma=True, tf32x3=tf32x3,
                         c_source="shared" if atb else "global", stage_out=stage_out, stage_copy=stage_copy,
                         blocks_per_sm=blocks)
         spec = KernelSpec(problem, config)
@@ -89,7 +97,7 @@ def _mma_candidates(problem: Problem, arch: str) -> dict[Config, float]:
             # Bulk copies first: on an H200 they beat vector copies of the same tile at
             # float64 atb 33..64 (2026-11-23: 83-92 % against 66-76 % of the read roofline)
             # and at most widths of ab from 18 (85-92 % against 74-89 % of the copy roofline).
-            found[config] = 2 * score(spec) * (1.25 if stage_copy == "bulk" else 1)
+            found[config] = 2 * score(spec) * (1.25 if stage_copy == "bulk" else 1) * (1.5 if tf32x3 else 1)
             if stage_copy == "bulk" and not atb:
                 found[dataclasses.replace(config, waves=WAVES)] = found[config]
     return found
@@ -157,7 +165,7 @@ def candidates(problem: Problem, limit: int = 16, arch: str = "sm_90") -> list[C
     firsts, seconds, seen = [], [], set()
     for config in sorted(found, key=found.get, reverse=True):
         shape = (config.tile_m, config.tile_n, config.row_groups, config.rows_per_stage, config.stages,
-                 config.padded, config.mma, config.stage_out, config.stage_copy, config.waves)
+                 config.padded, config.mma, config.tf32x3, config.stage_out, config.stage_copy, config.waves)
         (seconds if shape in seen else firsts).append(config)
         seen.add(shape)
     ranked = firsts + seconds

@@ -107,6 +107,19 @@ class Config:
                      holds C in registers and turns tile_m slabs of 8 rows
                      into tile_m x tile_n 8x8 blocks of out; C is read from
                      global memory once (c_source "global").
+    tf32x3           float32 with mma only: the TF32 tensor cores (mma.sync m16n8k8)
+                     instead of DMMA. Each float is split into a TF32 part and a
+                     TF32 remainder (3xTF32: hi*hi + hi*lo + lo*hi, the lo*lo term
+                     below 2^-22 of the product dropped), so the products keep about
+                     float32's accuracy; the tensor cores' truncating float32 sums
+                     are kept short (one row step for atb, then added into
+                     round-to-nearest registers; ab's hi*hi and correction terms in
+                     separate sums). An m16n8k8 step is two DMMA k-steps side by
+                     side and two 8-row blocks stacked along M: the tiles, fragments
+                     and staged layouts stay DMMA's; a row step of atb takes 8 rows
+                     per fragment row where DMMA takes 4. For float32 this avoids
+                     DMMA's widening conversions, which cost as much pipe time as
+                     the DMMAs themselves.
     stage_out        ab only: each chunk's rows of out are gathered in shared memory
                      and leave as one contiguous span in 16-byte vectors (the
                      fused update's y read the same way), instead of each
@@ -149,6 +162,7 @@ class Config:
     c_source: str = "shared"
     padded: bool = False
     mma: bool = False
+    tf32x3: bool = False
     stage_out: bool = False
     stage_copy: str = "vector"
     m_panels: int = 1
@@ -235,7 +249,12 @@ class KernelSpec:
             return self.threads * p.vector_elements // p.n
         if p.op == "ab":
             return c.row_groups * c.tile_m * (8 if c.mma else 1)
-        return c.row_groups * (4 * self.row_spacing if c.mma else 1)
+        return c.row_groups * (self.mma_k * self.row_spacing if c.mma else 1)
+
+    @property
+    def mma_k(self) -> int:
+        """The inner extent of one tensor-core step: 4 (DMMA m8n8k4), 8 (TF32 m16n8k8)."""
+        return 8 if self.config.tf32x3 else 4
 
     @property
     def rows_per_chunk(self) -> int:
@@ -346,14 +365,17 @@ class KernelSpec:
         """32-bit registers per thread: accumulators and operand registers of one
         row step, plus a fixed allowance for addresses, indices and the loader."""
         p, c = self.problem, self.config
-        words = (2 if p.real_type == "double" or c.mma else 1) * p.components  # DMMA works in double
+        # DMMA works in double; 3xTF32 holds each float as two TF32 parts and its
+        # accumulators twice (round-to-nearest totals and the tensor cores' short sums).
+        words = (2 if p.real_type == "double" or c.mma else 1) * p.components
         if self.flat:  # C's columns, A's rows, the vector of out (and y's)
             vec = p.vector_elements
             return (p.m * vec + self.flat_rows * p.m + vec * (2 if p.update else 1)) * words + 40
         outputs = c.tile_m * c.tile_n * (2 if c.mma else 1)  # a DMMA block: 2 per lane
-        operands = (c.tile_m + c.tile_n) * words
+        halves = 2 if c.tf32x3 else 1  # an m16n8k8 step's fragments: two DMMA k-steps'
+        operands = (c.tile_m + c.tile_n) * words * halves
         if c.mma and p.op == "ab":  # C's fragments stay in registers
-            operands = (c.tile_m + _ceil_div(p.m, 4) * c.tile_n) * words
+            operands = (c.tile_m * halves + _ceil_div(p.m, 4) * c.tile_n) * words
         update_tile = outputs * words if p.update and not c.stage_out else 0  # y, loaded ahead
         return outputs * words + operands + update_tile + 40
 
@@ -465,6 +487,9 @@ def validate(spec: KernelSpec) -> None:
     if c.stage_copy == "bulk" and not _bulk_fits(spec):
         errors.append("bulk stage copies serve DMMA atb (float64, float32), and float64 DMMA ab with staged "
                       "output and no update whose passes hold whole groups of 8 x row spacing rows")
+        raise InvalidSpec(f"{spec.name}: " + "; ".join(errors))
+    if c.tf32x3 and not (c.mma and p.dtype == "float32"):
+        errors.append("tf32x3 applies to float32 with mma")
         raise InvalidSpec(f"{spec.name}: " + "; ".join(errors))
     if c.mma and (p.dtype not in MMA_DTYPES or c.m_panels != 1 or (p.op == "ab" and c.c_source != "global")):
         errors.append(f"mma (DMMA) serves {' and '.join(MMA_DTYPES)} without panels, for ab with C from global memory")

@@ -52,6 +52,12 @@ def _sample_specs() -> list[KernelSpec]:
         (Problem("atb", "float32", 57, 57), Config(tile_m=4, tile_n=4, mapping="blocked", row_groups=2, rows_per_stage=64, stages=4, mma=True, stage_copy="bulk", blocks_per_sm=1)),
         (Problem("atb", "float32", 42, 42), Config(tile_m=2, tile_n=3, mapping="blocked", row_groups=2, rows_per_stage=64, stages=3, mma=True, stage_copy="bulk")),
         (Problem("atb", "float32", 64, 8), Config(tile_m=4, tile_n=1, mapping="blocked", row_groups=1, rows_per_stage=32, stages=2, mma=True, stage_copy="bulk")),
+        # 3xTF32: atb with vector and bulk copies (a lone last block of M: 57, 5), ab with an odd tile and the update
+        (Problem("atb", "float32", 64, 64), Config(tile_m=2, tile_n=4, mapping="blocked", row_groups=2, rows_per_stage=64, stages=3, mma=True, tf32x3=True)),
+        (Problem("atb", "float32", 57, 57), Config(tile_m=4, tile_n=4, mapping="blocked", row_groups=2, rows_per_stage=128, stages=3, mma=True, tf32x3=True, stage_copy="bulk", blocks_per_sm=1)),
+        (Problem("atb", "float32", 5, 42), Config(tile_m=1, tile_n=3, mapping="blocked", row_groups=2, rows_per_stage=128, stages=3, mma=True, tf32x3=True, stage_copy="bulk")),
+        (Problem("ab", "float32", 49, 49), Config(tile_m=3, tile_n=2, row_groups=2, rows_per_stage=96, c_source="global", mma=True, tf32x3=True)),
+        (Problem("ab", "float32", 20, 33, update=True), Config(tile_m=2, tile_n=1, row_groups=4, rows_per_stage=64, c_source="global", mma=True, tf32x3=True, stage_out=True)),
         # ab with bulk copies in and bulk stores out: A's rows 4, 2 and 1 apart, and 8 apart in padded groups
         (Problem("ab", "float64", 40, 40), Config(tile_m=2, tile_n=2, mapping="blocked", row_groups=4, rows_per_stage=128, c_source="global", mma=True, stage_out=True, stage_copy="bulk")),
         # atb with an odd width beside a multiple of 8: rows 8 apart, each operand's groups padded to fit
@@ -105,6 +111,8 @@ def test_model_kernels_fit_their_launch_bounds():
         (dict(c_source="texture"), "c_source"),
         (dict(m_panels=9), "m_panels"),
         (dict(mma=True, m_panels=2), "mma"),
+        (dict(mma=True, tf32x3=True), "tf32x3"),  # float64
+        (dict(tf32x3=True), "tf32x3"),  # without mma
         (dict(rows_per_stage=32768, row_groups=32), "shared memory"),
     ],
 )
@@ -187,6 +195,20 @@ def test_tensor_cores_serve_float64_and_float32():
     for dtype in ("float64", "float32"):
         assert default_config(Problem("ab", dtype, 32, 32)).mma
         assert default_config(Problem("atb", dtype, 24, 24)).mma
+
+
+def test_tf32x3_candidates_for_float32_where_the_gpu_has_tf32():
+    """The search offers 3xTF32 for float32 on sm_80 and later, never for float64 or
+    older GPUs, and every such candidate is valid with whole m16n8k8 row steps."""
+    for op in ("atb", "ab"):
+        offered = [c for c in candidates(Problem(op, "float32", 40, 40), limit=64, arch="sm_90") if c.tf32x3]
+        assert offered and all(c.mma for c in offered)
+        for config in offered:
+            spec = KernelSpec(Problem(op, "float32", 40, 40), config)
+            validate(spec)
+            assert spec.rows_per_chunk % (8 * spec.row_spacing) == 0
+        assert not any(c.tf32x3 for c in candidates(Problem(op, "float32", 40, 40), limit=64, arch="sm_70"))
+        assert not any(c.tf32x3 for c in candidates(Problem(op, "float64", 40, 40), limit=64, arch="sm_90"))
 
 
 @pytest.mark.parametrize("op, width", [("atb", 1), ("atb", 30), ("atb", 64), ("ab", 1), ("ab", 37), ("ab", 64)])
@@ -329,7 +351,8 @@ def _nvcc_compile(specs, tmp_path):
 @pytest.mark.nvcc
 def test_sample_compiles_for_sm90_without_warnings(tmp_path):
     specs = _sample_specs()
-    assert any(s.config.mma for s in specs) and any(s.config.m_panels > 1 for s in specs)
+    assert any(s.config.mma for s in specs) and any(s.config.tf32x3 for s in specs)
+    assert any(s.config.m_panels > 1 for s in specs)
     options = {(s.config.mapping, s.config.c_source, s.config.stages, s.problem.op) for s in specs}
     assert {"interleaved", "blocked", "flat"} <= {o[0] for o in options}
     assert {"shared", "global"} <= {o[1] for s in specs if s.problem.op == "ab" for o in [(s.config.mapping, s.config.c_source)]}

@@ -24,10 +24,10 @@ import jax_tsmm
 import jax_tsmm.linalg
 from jax_tsmm import _cuda, _dispatch, _kernels
 from jax_tsmm.codegen import Config, KernelSpec, Problem, default_config
-from jax_tsmm.codegen.search import flat_candidates
+from jax_tsmm.codegen.search import candidates, flat_candidates
 from jax_tsmm.codegen.spec import MAX_SHARED_BYTES
 from jax import lax
-from reference import ab_ref, assert_close, magnitude, random_operand, to_wide, unit_roundoff
+from reference import ab_ref, assert_close, magnitude, random_operand, reference, to_wide, unit_roundoff
 
 pytestmark = [pytest.mark.gpu, pytest.mark.usefixtures("model_kernels")]
 
@@ -330,6 +330,62 @@ def test_tensor_core_path_ab(dtype, m, n, k):
     assert _dispatch.select("ab", dtype, m, n, k, 1, False, _cuda.arch()).config.mma
     a, c = operands(rng, "ab", dtype, k, m, n, (2,), (1,))
     assert_close(run("ab", a, c), a, c, op="ab")
+
+
+TF32X3_CASES = [  # op, M, N, tile_m, tile_n, row_groups, stage_copy: odd tiles leave a lone 8-row block of M
+    ("atb", 64, 64, 2, 4, 2, "vector"),
+    ("atb", 33, 33, 3, 3, 2, "vector"),
+    ("atb", 57, 57, 4, 4, 2, "bulk"),
+    ("atb", 5, 42, 1, 3, 2, "bulk"),
+    ("atb", 64, 8, 4, 1, 1, "bulk"),
+    ("atb", 42, 42, 2, 3, 2, "bulk"),
+    ("ab", 64, 64, 4, 2, 2, "vector"),
+    ("ab", 49, 49, 3, 2, 2, "vector"),
+    ("ab", 7, 20, 1, 3, 4, "vector"),
+    ("ab", 36, 17, 2, 3, 1, "vector"),
+]
+
+
+@pytest.mark.parametrize("op, m, n, tile_m, tile_n, row_groups, stage_copy", TF32X3_CASES)
+@pytest.mark.parametrize("k", [1, 37, 100_003, 10**6 + 7])
+def test_tf32x3_path(op, m, n, tile_m, tile_n, row_groups, stage_copy, k):
+    """float32 on the TF32 tensor cores (Config.tf32x3: each float split into two TF32
+    parts, three m16n8k8 products): within float32's error bound, through many
+    rounds of the ring with a ragged last chunk, over batch items off a 16-byte
+    boundary, and the same bits on every run."""
+    rng = np.random.default_rng()
+    problem = Problem(op, "float32", m, n)
+    per_pass = KernelSpec(problem, Config(tile_m=tile_m, row_groups=row_groups, mma=True, tf32x3=True,
+                                          stage_copy=stage_copy)).rows_per_pass
+    config = Config(tile_m=tile_m, tile_n=tile_n, mapping="blocked", row_groups=row_groups,
+                    rows_per_stage=2 * per_pass, stages=3, unroll=2 if op == "atb" else 1, mma=True, tf32x3=True,
+                    c_source="shared" if op == "atb" else "global", stage_copy=stage_copy, blocks_per_sm=1)
+    spec = KernelSpec(problem, config)
+    a, b = operands(rng, op, "float32", k, m, n, (3,), (3,) if op == "atb" else (1,))
+    with _dispatch.forced(spec):
+        out = run(op, a, b)
+        again = run(op, a, b)
+    assert_close(out, a, b, op=op, err_msg=spec.name)
+    assert np.array_equal(np.asarray(out), np.asarray(again))
+
+
+@pytest.mark.parametrize("op", ["atb", "ab"])
+def test_tf32x3_keeps_float32_accuracy_on_positive_data(op):
+    """All-positive operands (no cancellation, so a biased rounding shows): 3xTF32's
+    largest error relative to |A|ᵀ|B| stays within 4x that of XLA's float32 dot
+    at HIGHEST precision on the same operands."""
+    rng = np.random.default_rng()
+    m, n, k = (40, 40, 2**20 + 3) if op == "atb" else (64, 48, 100_003)
+    problem = Problem(op, "float32", m, n)
+    spec = KernelSpec(problem, next(c for c in candidates(problem, limit=64) if c.tf32x3))
+    a = np.abs(random_operand(rng, (k, m), "float32"))
+    b = np.abs(random_operand(rng, (k, n) if op == "atb" else (m, n), "float32"))
+    with _dispatch.forced(spec):
+        ours = to_wide(run(op, a, b))
+    xla = to_wide(jnp.matmul(a.T if op == "atb" else a, b, precision=lax.Precision.HIGHEST))
+    want, scale = reference(op, a, b), magnitude(op, a, b)
+    ours_error, xla_error = np.max(np.abs(ours - want) / scale), np.max(np.abs(xla - want) / scale)
+    assert ours_error <= 4 * max(xla_error, unit_roundoff("float32")), (spec.name, ours_error, xla_error)
 
 
 # --- ab's fused update: beta * y + alpha * A C in one pass ---------------------------
