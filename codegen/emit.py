@@ -208,19 +208,17 @@ __device__ __forceinline__ void tsmm_dmma16(double& d0, double& d1, double& d2, 
 #endif
 }
 
-// 3xTF32 (Config.tf32x3): a float as a TF32 part and a TF32 remainder, each rounded
-// to nearest (the tensor cores read only a TF32's top 19 bits), so hi * hi +
-// hi * lo + lo * hi carries the product to within 2^-21 of it.
+// 3xTF32 (Config.tf32x3): a float as a TF32 part, rounded to nearest, and the exact
+// remainder, which the tensor cores truncate to TF32 as they read it; hi * hi +
+// hi * lo + lo * hi then carries the product to within 2^-20 of it. The rounding
+// runs on the integer pipe (cvt.rna.tf32 runs on the conversion pipe, a quarter
+// of its rate). An infinite input leaves a NaN remainder: its products are NaN.
 struct tsmm_tf32_pair {
   unsigned hi, lo;
 };
 __device__ __forceinline__ tsmm_tf32_pair tsmm_split_tf32(float x) {
-  tsmm_tf32_pair part;
-#if __CUDA_ARCH__ >= 800
-  asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(part.hi) : "f"(x));
-  asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(part.lo) : "f"(x - __uint_as_float(part.hi)));
-#endif
-  return part;
+  const unsigned hi = (__float_as_uint(x) + 0x1000u) & 0xffffe000u;
+  return {hi, __float_as_uint(x - __uint_as_float(hi))};
 }
 
 // D += A B on the TF32 tensor cores, one m16n8k8 step with float32 sums (which

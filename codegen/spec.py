@@ -107,17 +107,17 @@ class Config:
                      holds C in registers and turns tile_m slabs of 8 rows
                      into tile_m x tile_n 8x8 blocks of out; C is read from
                      global memory once (c_source "global").
-    tf32x3           float32 with mma only: the TF32 tensor cores (mma.sync m16n8k8)
-                     instead of DMMA. Each float is split into a TF32 part and a
-                     TF32 remainder (3xTF32: hi*hi + hi*lo + lo*hi, the lo*lo term
-                     below 2^-22 of the product dropped), so the products keep about
-                     float32's accuracy; the tensor cores' truncating float32 sums
-                     are kept short (one row step for atb, then added into
-                     round-to-nearest registers; ab's hi*hi and correction terms in
-                     separate sums). An m16n8k8 step is two DMMA k-steps side by
-                     side and two 8-row blocks stacked along M: the tiles, fragments
-                     and staged layouts stay DMMA's; a row step of atb takes 8 rows
-                     per fragment row where DMMA takes 4. For float32 this avoids
+    tf32x3           float32 with mma only: the TF32 tensor cores (mma.sync
+                     m16n8k8) instead of DMMA. Each float is split into a TF32
+                     part and a remainder (3xTF32: hi*hi + hi*lo + lo*hi), so each
+                     product is within 2^-20 of exact, random in sign (float32's
+                     own rounding: 2^-24). The tensor cores' truncating float32
+                     sums are kept short: atb adds each row step's into
+                     round-to-nearest totals, ab sums hi*hi and the correction
+                     terms apart. An m16n8k8 step is two DMMA k-steps side by side
+                     and two 8-row blocks stacked along M: the tiles, fragments
+                     and staged layouts stay DMMA's; a row step of atb takes 8
+                     rows per fragment row where DMMA takes 4. It spares float32
                      DMMA's widening conversions, which cost as much pipe time as
                      the DMMAs themselves.
     stage_out        ab only: each chunk's rows of out are gathered in shared memory
