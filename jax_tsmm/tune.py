@@ -15,7 +15,8 @@ roofline and XLA's time; where XLA wins, the entry says so and dispatch uses
 XLA. mtsm (``--ops mtsm,mtsm_t``, N from ``--shapes``) is tuned the same way
 over ``codegen.search.mtsm_candidates``, at M = K = 8192 and 16384 (its K
 ranges, MTSM_K_RANGES). Finished problems are kept, so an interrupted run
-resumes. ``--device-db`` writes the file of this GPU model instead
+resumes (``--again`` tunes them anew, e.g. after new kernel options).
+``--device-db`` writes the file of this GPU model instead
 (``<arch>.<model>.json``, e.g. ``sm_90.NVIDIA_H200.json``), whose entries
 dispatch prefers, key by key, on that model.
 
@@ -317,6 +318,8 @@ def main(argv=None) -> None:
                         help="tune only the K ranges from this one up (a quick look at large K)")
     parser.add_argument("--k-max", type=int, default=None,
                         help="tune only the K ranges up to this one (e.g. 262144: K = 2^16 and 2^20)")
+    parser.add_argument("--again", action="store_true",
+                        help="tune the chosen ranges even where the database has them (after new kernel options)")
     parser.add_argument("--from-bench", type=pathlib.Path, nargs="+", default=None,
                         help="record bench reports' measurements instead of tuning")
     parser.add_argument("--xla-aligned-from", type=pathlib.Path, nargs="+", default=None,
@@ -373,7 +376,7 @@ def main(argv=None) -> None:
         wanted = {i for i, (range_min, _) in enumerate(table)
                   if args.k_min <= range_min and (args.k_max is None or range_min <= args.k_max)}
         old = db["entries"].get(key, [])
-        if wanted <= _tuned_ranges(old, table):
+        if not args.again and wanted <= _tuned_ranges(old, table):
             continue  # resume
         print(f"[{index + 1}/{len(problems)}] {key}", flush=True)
         tuned = tune_one(problem, ceilings, args.candidates, arch, wanted, args.refine, device)
