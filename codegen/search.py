@@ -43,10 +43,12 @@ def score(spec: KernelSpec) -> float:
     reuse = c.tile_m * c.tile_n / (c.tile_m + c.tile_n)
     in_flight = c.blocks_per_sm * (c.stages - 1) * spec.stage_bytes
     latency = min(1.0, in_flight / (48 * 1024))
+    # 3xTF32 computes 8-row blocks of M (ab: slabs) in pairs: a lone one costs a pair.
+    paired_m = c.tile_m + c.tile_m % 2 if c.tf32x3 else c.tile_m
     if p.op == "atb":
-        useful = p.m * p.n / (spec.tiles_m * c.tile_m * spec.tiles_n * c.tile_n)
+        useful = p.m * p.n / (spec.tiles_m * paired_m * spec.tiles_n * c.tile_n)
     else:
-        useful = p.n / (spec.tiles_m * c.tile_n)
+        useful = p.n / (spec.tiles_m * c.tile_n) * c.tile_m / paired_m
     warps = c.blocks_per_sm * spec.threads / 32
     return reuse * latency * useful * min(1.0, warps / 16)
 
