@@ -615,9 +615,10 @@ def _atb_slots(spec: KernelSpec, e: str) -> list[str]:
     ]
 
 
-def _atb_consume(spec: KernelSpec, e: str, step_rows: int) -> tuple[list[str], list[str]]:
+def _atb_consume(spec: KernelSpec, e: str, step_rows: int, flush_every: int = 0) -> tuple[list[str], list[str]]:
     """(issue, consume) for the ring: `row_step(sa, sb, r, guard)` covers `step_rows`
-    rows from r; row groups take turns."""
+    rows from r; row groups take turns. With ``flush_every``, `flush()` follows every
+    that many row steps and ends each chunk."""
     p, c = spec.problem, spec.config
     rg = c.row_groups
     if spec.bulk:  # the producer warp stages (_bulk_pipeline), each operand at its shift
@@ -638,6 +639,21 @@ def _atb_consume(spec: KernelSpec, e: str, step_rows: int) -> tuple[list[str], l
         f"  for (int r = row_group * {step_rows}; r < rows; r += {rg * step_rows}) row_step(sa, sb, r, rows);",
         "}",
     ]
+    if flush_every:
+        consume[-6:] = [
+            f"#pragma unroll {c.unroll}",
+            f"  for (int i = 0; i < {full_steps}; ++i) {{",
+            f"    row_step(sa, sb, (row_group + i * {rg}) * {step_rows}, {spec.rows_per_chunk});",
+            f"    if (i % {flush_every} == {flush_every - 1} || i == {full_steps - 1}) flush();",
+            "  }",
+            "} else {",
+            f"  for (int r = row_group * {step_rows}, i = 0; r < rows; r += {rg * step_rows}, ++i) {{",
+            "    row_step(sa, sb, r, rows);",
+            f"    if (i % {flush_every} == {flush_every - 1}) flush();",
+            "  }",
+            "  flush();",
+            "}",
+        ]
     return [copy_a, copy_b], consume
 
 
@@ -740,16 +756,21 @@ def _atb_mma_body(spec: KernelSpec, ar: _Arith) -> tuple[list[str], list[tuple[s
     padded_groups = [str(spec.group_stride(w)) for w in (p.m, p.n) if spec.groups_padded(w)]
     row_step = ["  " + line for line in k_step(0)] if s == 1 else [
         line for t in range(s) for line in [f"  {{  // k-step {t}", *["    " + x for x in k_step(t)], "  }"]]
-    if tf32:
-        sums = [f"part_{i}_{j}_{h}" for i in range(tm) for j in range(tn) for h in range(2)]
-        row_step = [
-            "  // The tensor cores truncate their float32 sums: a row step's products are summed",
-            "  // there from zero, then added to the running sums, which round to nearest.",
-            f"  float {' = 0, '.join(sums)} = 0;",
-            *(["  float spare_0 = 0, spare_1 = 0;  // a lone last block's zero partner"] if tm % 2 else []),
-            *row_step,
-            *[f"  acc_{i}_{j}_{h} += part_{i}_{j}_{h};" for i in range(tm) for j in range(tn) for h in range(2)],
-        ]
+    # 3xTF32: the tensor cores truncate their float32 sums, so they sum 8 k-steps at
+    # most (flush_every row steps) from zero before the totals, which round to nearest.
+    flush_every = max(1, 8 // s) if tf32 else 0
+    blocks = [(i, j, h) for i in range(tm) for j in range(tn) for h in range(2)]
+    sums = [
+        "// The tensor cores truncate their float32 sums: `part` sums at most 8 k-steps",
+        f"// ({flush_every} row step{'s' if flush_every > 1 else ''}) from zero, then `flush` adds it to the totals,"
+        " which round to nearest.",
+        f"float {', '.join(f'part_{i}_{j}_{h} = 0' for i, j, h in blocks)};",
+        *(["float spare_0 = 0, spare_1 = 0;  // a lone last block's zero partner"] if tm % 2 else []),
+        "auto flush = [&]() {",
+        *[f"  acc_{i}_{j}_{h} += part_{i}_{j}_{h};" for i, j, h in blocks],
+        f"  {' = '.join(f'part_{i}_{j}_{h}' for i, j, h in blocks)} = 0;",
+        "};",
+    ] if tf32 else []
     if tf32:
         step_comment = (f"// {step_rows} rows: {s} m16n8k8 k-step(s) per two 8x8 blocks, each taking a DMMA"
                         f" k-step's rows in two halves {4 * s} rows apart")
@@ -782,6 +803,7 @@ def _atb_mma_body(spec: KernelSpec, ar: _Arith) -> tuple[list[str], list[tuple[s
         *[f"const int col_b{j} = min((warp_n * {tn} + {j}) * 8 + lane / 4, {p.n - 1});" for j in range(tn)],
         "",
         *[f"{'float' if tf32 else 'double'} acc_{i}_{j}_{h} = 0;" for i in range(tm) for j in range(tn) for h in range(2)],
+        *sums,
         "",
         *_atb_slots(spec, e),
         "",
@@ -793,7 +815,7 @@ def _atb_mma_body(spec: KernelSpec, ar: _Arith) -> tuple[list[str], list[tuple[s
         "};",
         "",
     ]
-    issue, consume = _atb_consume(spec, e, step_rows)
+    issue, consume = _atb_consume(spec, e, step_rows, flush_every)
     if spec.bulk:
         body += _bulk_pipeline(spec, consume) + ["__syncthreads();  // the ring is drained: the reduction may reuse it"]
     else:
