@@ -64,7 +64,7 @@ def main():
     ga_ref, gb_ref = jax.jit(jax.grad(loss(atb_jnp), argnums=(0, 1)))(ac, bc)
     print(f"grad of ‖Aᴴ B‖²: rel. error vs jnp  dA {rel_err(ga, ga_ref):.2e}, dB {rel_err(gb, gb_ref):.2e}")
 
-    # Batch axes broadcast like jnp.matmul; float32 stays true float32 (no TF32).
+    # Batch axes broadcast like jnp.matmul; float32 keeps float32's accuracy (no plain TF32).
     a32 = a.reshape(4, k // 4, m).astype(jnp.float32)
     blocks = jax_tsmm.atb(a32, v[: k // 4].astype(jnp.float32))  # (4, m, n)
     ref = np.einsum("bkm,kn->bmn", np.asarray(a32, np.float64), np.asarray(v[: k // 4]))
