@@ -222,15 +222,14 @@ __device__ __forceinline__ tsmm_tf32_pair tsmm_split_tf32(float x) {
 }
 
 // D += A B on the TF32 tensor cores, one m16n8k8 step with float32 sums (which
-// the tensor cores truncate: callers keep such sums short).
+// the tensor cores truncate: callers keep such sums short). sm_80 and later, like
+// the cp.async staging every kernel uses.
 __device__ __forceinline__ void tsmm_mma_tf32(float& d0, float& d1, float& d2, float& d3, unsigned a0,
                                               unsigned a1, unsigned a2, unsigned a3, unsigned b0, unsigned b1) {
-#if __CUDA_ARCH__ >= 800
   asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
                "{%0,%1,%2,%3};\n"
                : "+f"(d0), "+f"(d1), "+f"(d2), "+f"(d3)
                : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-#endif
 }
 
 // Hopper's bulk copies (TMA, cp.async.bulk) and transaction barriers (mbarrier):
@@ -1320,6 +1319,7 @@ def _ab_mma_tiles(spec: KernelSpec, ar: _Arith):
                     accs = (f"acc_{i}_{j}_0", f"acc_{i}_{j}_1") if pairs else (f"acc_{i}_{j}_{h}",)
                     tiles.append((accs, row, f"out_col{j}_{h}", " && ".join(guards) or None))
         prefetch, stores = _ab_store(spec, ar, tiles)
+
         def a_fragment(i: int, ks: int) -> str:
             """Slab i's A at inner index 4 ks + frag_k; columns past M are masked (the
             padding of a staged row is never written)."""
@@ -1332,7 +1332,7 @@ def _ab_mma_tiles(spec: KernelSpec, ar: _Arith):
             lines = [
                 *([f"const int slab = base + row_group * {8 * tm};"] if spacing == 1 else []),
                 "// The tensor cores truncate their float32 sums: hi x hi (acc) and the small",
-                "// correction terms (fix) are summed apart, a few steps each, then added once.",
+                f"// correction terms (fix) are summed apart, {k_steps // 2} steps each, then added once.",
                 *[f"float acc_{i}_{j}_{h} = 0, fix_{i}_{j}_{h} = 0;" for i in range(tm) for j in range(tn) for h in range(2)],
                 *(["float spare_0 = 0, spare_1 = 0;  // a lone last slab's zero partner"] if tm % 2 else []),
                 *prefetch,

@@ -62,22 +62,17 @@ def _has_bulk_copies(arch: str) -> bool:
     return int(arch.removeprefix("sm_").rstrip("af")) >= 90
 
 
-def _has_tf32(arch: str) -> bool:
-    """Whether GPUs of ``arch`` have the TF32 tensor cores (mma.sync m16n8k8 tf32)."""
-    return int(arch.removeprefix("sm_").rstrip("af")) >= 80
-
-
 def _mma_candidates(problem: Problem, arch: str) -> dict[Config, float]:
     """Tensor-core configurations, scored like the rest with the tensor cores' rate
-    counted as twice the reuse: DMMA (float64, float32) and, for float32 where the
-    GPU has them, 3xTF32 ahead of DMMA (which spends as much pipe time widening
-    floats as on its products); also with bulk stage copies where the GPU has them
+    counted as twice the reuse: DMMA (float64, float32) and, for float32, 3xTF32
+    ahead of DMMA (which spends as much pipe time widening floats as on its
+    products); also with bulk stage copies where the GPU has them
     (validate keeps the layouts that allow them), and ab's bulk ones also in WAVES
     waves of blocks (a launch parameter the measurement decides)."""
     found = {}
     atb = problem.op == "atb"
     bulk = _has_bulk_copies(arch)
-    tf32_options = (False, True) if problem.dtype == "float32" and _has_tf32(arch) else (False,)
+    tf32_options = (False, True) if problem.dtype == "float32" else (False,)
     probe = KernelSpec(problem, Config(tile_m=1, tile_n=1, mma=True, rows_per_stage=8, row_groups=1, c_source="global"))
     row_bytes = (probe.smem_stride(problem.m) + (probe.smem_stride(problem.n) if atb else 0)) * problem.element_bytes
     out_row_bytes = problem.n * problem.element_bytes
