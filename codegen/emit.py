@@ -626,6 +626,24 @@ def _atb_consume(spec: KernelSpec, e: str, step_rows: int, flush_every: int = 0)
         copy_a, offset_a = _staging(spec, e, "a", p.m)
         copy_b, offset_b = _staging(spec, e, "b", p.n)
     full_steps = spec.rows_per_chunk // (rg * step_rows)
+    full_step = f"row_step(sa, sb, (row_group + i * {rg}) * {step_rows}, {spec.rows_per_chunk});"
+    if flush_every:
+        full_loop = [
+            f"  for (int i = 0; i < {full_steps}; ++i) {{",
+            f"    {full_step}",
+            f"    if (i % {flush_every} == {flush_every - 1} || i == {full_steps - 1}) flush();",
+            "  }",
+        ]
+        partial_loop = [
+            f"  for (int r = row_group * {step_rows}, i = 0; r < rows; r += {rg * step_rows}, ++i) {{",
+            "    row_step(sa, sb, r, rows);",
+            f"    if (i % {flush_every} == {flush_every - 1}) flush();",
+            "  }",
+            "  flush();",
+        ]
+    else:
+        full_loop = [f"  for (int i = 0; i < {full_steps}; ++i) {full_step}"]
+        partial_loop = [f"  for (int r = row_group * {step_rows}; r < rows; r += {rg * step_rows}) row_step(sa, sb, r, rows);"]
     consume = [
         "(void)row0;  // atb reduces over rows; their position does not matter",
         f"const {e}* sa = slot_a(slot) + {offset_a};",
@@ -633,26 +651,11 @@ def _atb_consume(spec: KernelSpec, e: str, step_rows: int, flush_every: int = 0)
         f"if (rows == {spec.rows_per_chunk}) {{",
         f"  // Full chunk: a compile-time trip count of {full_steps}.",
         f"#pragma unroll {c.unroll}",
-        f"  for (int i = 0; i < {full_steps}; ++i) row_step(sa, sb, (row_group + i * {rg}) * {step_rows}, {spec.rows_per_chunk});",
+        *full_loop,
         "} else {",
-        f"  for (int r = row_group * {step_rows}; r < rows; r += {rg * step_rows}) row_step(sa, sb, r, rows);",
+        *partial_loop,
         "}",
     ]
-    if flush_every:
-        consume[-6:] = [
-            f"#pragma unroll {c.unroll}",
-            f"  for (int i = 0; i < {full_steps}; ++i) {{",
-            f"    row_step(sa, sb, (row_group + i * {rg}) * {step_rows}, {spec.rows_per_chunk});",
-            f"    if (i % {flush_every} == {flush_every - 1} || i == {full_steps - 1}) flush();",
-            "  }",
-            "} else {",
-            f"  for (int r = row_group * {step_rows}, i = 0; r < rows; r += {rg * step_rows}, ++i) {{",
-            "    row_step(sa, sb, r, rows);",
-            f"    if (i % {flush_every} == {flush_every - 1}) flush();",
-            "  }",
-            "  flush();",
-            "}",
-        ]
     return [copy_a, copy_b], consume
 
 

@@ -318,6 +318,7 @@ def mtsm_candidates(problem: MtsmProblem, limit: int = 12) -> list[MtsmConfig]:
         spec = MtsmSpec(problem, config)
         if config not in scored and _mtsm_usable(spec):
             scored[config] = mtsm_score(spec)
+
     def shape(config: MtsmConfig) -> tuple:
         segment = 0 if problem.transpose_a else MtsmSpec(problem, config).chunk  # A X: a row's share of a chunk
         return (config.mma, config.tile_n, config.rows_per_thread, config.lanes, config.row_warps, config.k_groups,
