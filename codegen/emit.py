@@ -232,6 +232,26 @@ __device__ __forceinline__ void tsmm_mma_tf32(float& d0, float& d1, float& d2, f
                : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
+// Hopper's warpgroup MMA (wgmma, sm_90a only; Config.wgmma): the four warps of a
+// warpgroup issue one asynchronous product together. `fence` orders their earlier
+// register writes before it, `commit_and_wait` returns once its results are in the
+// registers. B comes from shared memory through a descriptor: without swizzle, its
+// start and the byte offsets between core matrices (8 rows x 16 bytes, contiguous)
+// along K (leading) and along N (stride), each in 16-byte units.
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+__device__ __forceinline__ unsigned long long tsmm_wgmma_desc(const void* matrix, unsigned leading_bytes,
+                                                              unsigned stride_bytes) {
+  const unsigned long long start = static_cast<unsigned>(__cvta_generic_to_shared(matrix)) & 0x3ffffu;
+  return start >> 4 | static_cast<unsigned long long>(leading_bytes >> 4) << 16
+         | static_cast<unsigned long long>(stride_bytes >> 4) << 32;
+}
+__device__ __forceinline__ void tsmm_wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
+__device__ __forceinline__ void tsmm_wgmma_commit_and_wait() {
+  asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+  asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
+}
+#endif
+
 // Hopper's bulk copies (TMA, cp.async.bulk) and transaction barriers (mbarrier):
 // one thread moves a whole span, and the barrier's phase completes once its
 // arrivals are in and the bytes it was told to expect have landed.
@@ -1242,14 +1262,54 @@ def _ab_mma_tiles(spec: KernelSpec, ar: _Arith):
     (Config.tf32x3, float32; m16n8k8: two 4-wide steps side by side and two
     slabs stacked). C lives in registers as the B fragments of every 4-wide step
     of the inner index; a warp turns tile_m slabs of 8 staged rows into tile_m x
-    tile_n 8x8 blocks of out per pass."""
+    tile_n 8x8 blocks of out per pass. With Config.wgmma, C lives in shared
+    memory instead and each warpgroup's products are wgmma instructions."""
     p, c = spec.problem, spec.config
     tm, tn = c.tile_m, c.tile_n
     warps_n = spec.tiles_m
-    tf32 = c.tf32x3
+    tf32, wgmma = c.tf32x3, c.wgmma
     k_steps = -(-p.m // spec.mma_k) * spec.mma_k // 4  # 4-wide steps, whole m16n8k8 steps for TF32
     stride = spec.smem_stride(p.m)
+    if wgmma:
+        n8, k8 = spec.wgmma_n, spec.wgmma_k_steps
+        c_from = [
+            "// C as wgmma's B operand, split into TF32 parts once per block: K-major core",
+            f"// matrices of 8 columns of out x 4 of the inner index (128 contiguous bytes), those",
+            f"// along the inner index 128 bytes apart, those along N {k8 * 256} bytes apart; the lo",
+            f"// parts {8 * k8 * n8 * 4} bytes after the hi parts; zero past M and N.",
+            "float* c_split = reinterpret_cast<float*>(tsmm_smem);",
+            f"for (int e = tid; e < {8 * k8 * n8}; e += {spec.threads}) {{",
+            f"  const int k = e / {n8}, n = e % {n8};",
+            f"  const tsmm_tf32_pair part = tsmm_split_tf32(k < {p.m} && n < {p.n} ? __ldg(&c[k * {p.n} + n]) : 0.0f);",
+            f"  const int at = (n / 8 * {2 * k8} + k / 4) * 32 + n % 8 * 4 + k % 4;",
+            "  c_split[at] = __uint_as_float(part.hi);",
+            f"  c_split[{8 * k8 * n8} + at] = __uint_as_float(part.lo);",
+            "}",
+            "tsmm_fence_shared_for_bulk();  // the tensor cores read C through the async proxy, like bulk copies",
+            "__syncthreads();",
+            f"const unsigned long long c_hi = tsmm_wgmma_desc(c_split, 128, {k8 * 256});",
+            f"const unsigned long long c_lo = tsmm_wgmma_desc(c_split + {8 * k8 * n8}, 128, {k8 * 256});",
+        ]
+    else:
+        c_from = [
+            f"// C as B fragments, loaded once: c_<step>_<block> = C[4*step + frag_k][8*block + frag_row],",
+            "// zero past M or N so that the steps and blocks that overhang add nothing"
+            + (" (split into TF32 parts)." if tf32 else "."),
+            *[f"const int c_col{j} = (warp_n * {tn} + {j}) * 8 + frag_row;" for j in range(tn)],
+            *[
+                (f"const tsmm_tf32_pair c_{ks}_{j} = tsmm_split_tf32({ks * 4} + frag_k < {p.m} && c_col{j} < {p.n} ? "
+                 f"__ldg(&c[({ks * 4} + frag_k) * {p.n} + c_col{j}]) : 0.0f);" if tf32 else
+                 f"const double c_{ks}_{j} = {ks * 4} + frag_k < {p.m} && c_col{j} < {p.n} ? "
+                 f"__ldg(&c[({ks * 4} + frag_k) * {p.n} + c_col{j}]) : 0.0;")
+                for ks in range(k_steps) for j in range(tn)
+            ],
+        ]
     setup = [
+        *([
+            "#if !defined(__CUDA_ARCH_FEAT_SM90_ALL)",
+            '#error "Config.wgmma needs sm_90a (wgmma)"',
+            "#endif",
+        ] if wgmma else []),
         f"// Thread place: warp `warp_n` owns {tn} blocks of 8 columns of N; warps of row group g",
         f"// take rows [g * {8 * tm}, (g + 1) * {8 * tm}) of each pass, as {tm} slabs of 8.",
         "const int lane = tid % 32;",
@@ -1257,20 +1317,13 @@ def _ab_mma_tiles(spec: KernelSpec, ar: _Arith):
         f"const int row_group = tid / {32 * warps_n};",
         "// PTX m8n8k4 f64 fragments: A (8x4, row) holds [lane/4][lane%4], B (4x8, col)",
         "// [lane%4][lane/4], D (8x8) [lane/4][2*(lane%4) + h].",
+        *(["// wgmma m64nNk8 tf32: each warp holds an m16n8k8 A fragment of its 16 rows, and D of",
+           "// those rows as [lane/4 (+8)][8*block + 2*(lane%4) + h] in d[4*block + 2*(+8) + h]."]
+          if wgmma else []),
         "const int frag_row = lane / 4;",
         "const int frag_k = lane % 4;",
         "",
-        f"// C as B fragments, loaded once: c_<step>_<block> = C[4*step + frag_k][8*block + frag_row],",
-        "// zero past M or N so that the steps and blocks that overhang add nothing"
-        + (" (split into TF32 parts)." if tf32 else "."),
-        *[f"const int c_col{j} = (warp_n * {tn} + {j}) * 8 + frag_row;" for j in range(tn)],
-        *[
-            (f"const tsmm_tf32_pair c_{ks}_{j} = tsmm_split_tf32({ks * 4} + frag_k < {p.m} && c_col{j} < {p.n} ? "
-             f"__ldg(&c[({ks * 4} + frag_k) * {p.n} + c_col{j}]) : 0.0f);" if tf32 else
-             f"const double c_{ks}_{j} = {ks * 4} + frag_k < {p.m} && c_col{j} < {p.n} ? "
-             f"__ldg(&c[({ks * 4} + frag_k) * {p.n} + c_col{j}]) : 0.0;")
-            for ks in range(k_steps) for j in range(tn)
-        ],
+        *c_from,
         "// Columns of out this lane stores: D's [.][2*frag_k + h] of each block.",
         *[f"const int out_col{j}_{h} = (warp_n * {tn} + {j}) * 8 + 2 * frag_k + {h};"
           for j in range(tn) for h in range(1 if p.n % 2 == 0 else 2)],
@@ -1311,6 +1364,10 @@ def _ab_mma_tiles(spec: KernelSpec, ar: _Arith):
         """Where the lane's row of slab i starts in the stage."""
         return f"base / {spacing} * {group} + slab_at{i}" if padded_groups else f"({slab_row(i)}) * {stride}"
 
+    def acc(i: int, j: int, h: int) -> str:
+        """Slab i's sum at block j's column h: a register of wgmma's D, or a named one."""
+        return f"acc[{4 * j + 2 * i + h}]" if wgmma else f"acc_{i}_{j}_{h}"
+
     def tile_pass(guard_rows: bool) -> list[str]:
         tiles = []
         for i in range(tm):
@@ -1319,7 +1376,7 @@ def _ab_mma_tiles(spec: KernelSpec, ar: _Arith):
                 for h in range(1 if pairs else 2):
                     guards = [g for g in (f"{row} < rows" if guard_rows else None,
                                           f"out_col{j}_{h} < {p.n}" if col_overhang else None) if g]
-                    accs = (f"acc_{i}_{j}_0", f"acc_{i}_{j}_1") if pairs else (f"acc_{i}_{j}_{h}",)
+                    accs = (acc(i, j, 0), acc(i, j, 1)) if pairs else (acc(i, j, h),)
                     tiles.append((accs, row, f"out_col{j}_{h}", " && ".join(guards) or None))
         prefetch, stores = _ab_store(spec, ar, tiles)
 
@@ -1331,6 +1388,30 @@ def _ab_mma_tiles(spec: KernelSpec, ar: _Arith):
                 return "0.0f"
             return f"frag_k < {p.m - ks * 4} ? {at} : 0.0f" if ks * 4 + 4 > p.m else at
 
+        if wgmma:
+            lines = [
+                *([f"const int slab = base + row_group * {8 * tm};"] if spacing == 1 else []),
+                "// The tensor cores truncate their float32 sums: hi x hi (acc) and the small",
+                f"// correction terms (fix) are summed apart, {k8} steps each, then added once.",
+                f"float acc[{n8 // 2}] = {{}}, fix[{n8 // 2}] = {{}};",
+                f"// Every k-step's A fragment, split, before the {3 * k8} wgmma of the pass read them.",
+                *[f"const tsmm_tf32_pair a{i}_{q}_{h} = tsmm_split_tf32({a_fragment(i, 2 * q + h)});"
+                  for q in range(k8) for h in (0, 1) for i in (0, 1)],
+                "tsmm_wgmma_fence();",
+            ]
+            for q in range(k8):
+                regs = lambda x, q=q: ", ".join(f"a{i}_{q}_{h}.{x}" for h in (0, 1) for i in (0, 1))  # noqa: E731
+                lines += [
+                    f"tsmm_wgmma_tf32_n{n8}(fix, {regs('lo')}, c_hi + {16 * q});",
+                    f"tsmm_wgmma_tf32_n{n8}(fix, {regs('hi')}, c_lo + {16 * q});",
+                    f"tsmm_wgmma_tf32_n{n8}(acc, {regs('hi')}, c_hi + {16 * q});",
+                ]
+            lines += [
+                "tsmm_wgmma_commit_and_wait();",
+                *[" ".join(f"acc[{r}] += fix[{r}];" for r in range(r0, min(r0 + 4, n8 // 2)))
+                  for r0 in range(0, n8 // 2, 4)],
+            ]
+            return lines + stores
         if tf32:
             lines = [
                 *([f"const int slab = base + row_group * {8 * tm};"] if spacing == 1 else []),
@@ -1403,7 +1484,29 @@ def kernel_source(spec: KernelSpec) -> str:
     return _emit_ab_flat(spec) if spec.flat else _emit_ab(spec)
 
 
+def _wgmma_tf32(n: int) -> str:
+    """The wgmma product of one width: 64 rows x n columns of float32 sums += A (64 x 8
+    TF32, each warp's 16 rows as an m16n8k8 A fragment in registers) x B (8 x n
+    TF32 in shared memory)."""
+    regs = n // 2
+    accs = ", ".join(f"%{i}" for i in range(regs))
+    return "\n".join([
+        "#if defined(__CUDA_ARCH_FEAT_SM90_ALL)",
+        f"__device__ __forceinline__ void tsmm_wgmma_tf32_n{n}(float (&d)[{regs}], unsigned a0, unsigned a1, "
+        "unsigned a2, unsigned a3, unsigned long long b) {",
+        '  asm volatile("{\\n.reg .pred accumulate;\\nsetp.ne.b32 accumulate, 1, 0;\\n"',
+        f'               "wgmma.mma_async.sync.aligned.m64n{n}k8.f32.tf32.tf32 {{{accs}}}, "',
+        f'               "{{%{regs}, %{regs + 1}, %{regs + 2}, %{regs + 3}}}, %{regs + 4}, accumulate, 1, 1;\\n}}\\n"',
+        "               : " + ", ".join(f'"+f"(d[{i}])' for i in range(regs)),
+        '               : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(b));',
+        "}",
+        "#endif",
+        "",
+    ])
+
+
 def module_source(specs: list[KernelSpec]) -> str:
     """A self-contained translation unit (no includes) holding the kernels of ``specs``."""
+    wgmma_widths = sorted({spec.wgmma_n for spec in specs if spec.config.wgmma})
     return "\n".join(["// Generated by jax_tsmm's codegen; do not edit.", PRELUDE, _STAGE_COPY]
-                     + [kernel_source(spec) for spec in specs])
+                     + [_wgmma_tf32(n) for n in wgmma_widths] + [kernel_source(spec) for spec in specs])

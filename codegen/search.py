@@ -97,6 +97,29 @@ def _mma_candidates(problem: Problem, arch: str) -> dict[Config, float]:
             found[config] = 2 * score(spec) * (1.25 if stage_copy == "bulk" else 1) * (1.5 if tf32x3 else 1)
             if stage_copy == "bulk" and not atb:
                 found[dataclasses.replace(config, waves=WAVES)] = found[config]
+    if problem.dtype == "float32" and not atb and not problem.update and arch == "sm_90":
+        found.update(_wgmma_candidates(problem))
+    return found
+
+
+def _wgmma_candidates(problem: Problem) -> dict[Config, float]:
+    """3xTF32 ab through wgmma (Config.wgmma, sm_90a): one warp tile (2 slabs, all of
+    N), whole warpgroups; ranked ahead of mma.sync's tiles, whose tensor cores run
+    at two thirds of wgmma's rate and whose warps each hold C in registers."""
+    found = {}
+    tile = dict(tile_m=2, tile_n=-(-problem.n // 8))
+    row_bytes = KernelSpec(problem, Config(mma=True, c_source="global")).smem_stride(problem.m) * problem.element_bytes
+    for row_groups, stage_bytes, stages, blocks, stage_out in itertools.product(
+        (4, 8, 12), STAGE_BYTES, (2, 3, 4), (1, 2), (True, False),
+    ):
+        per_pass = 16 * row_groups
+        rows = max(per_pass, stage_bytes // (row_bytes + stage_out * problem.n * 4) // per_pass * per_pass)
+        config = Config(**tile, mapping="blocked", row_groups=row_groups, rows_per_stage=rows, stages=stages,
+                        mma=True, tf32x3=True, wgmma=True, c_source="shared", stage_out=stage_out,
+                        blocks_per_sm=blocks)
+        spec = KernelSpec(problem, config)
+        if _usable(spec):
+            found[config] = 6 * score(spec)
     return found
 
 
@@ -162,7 +185,8 @@ def candidates(problem: Problem, limit: int = 16, arch: str = "sm_90") -> list[C
     firsts, seconds, seen = [], [], set()
     for config in sorted(found, key=found.get, reverse=True):
         shape = (config.tile_m, config.tile_n, config.row_groups, config.rows_per_stage, config.stages,
-                 config.padded, config.mma, config.tf32x3, config.stage_out, config.stage_copy, config.waves)
+                 config.padded, config.mma, config.tf32x3, config.wgmma, config.stage_out, config.stage_copy,
+                 config.waves)
         (seconds if shape in seen else firsts).append(config)
         seen.add(shape)
     ranked = firsts + seconds

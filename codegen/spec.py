@@ -120,6 +120,17 @@ class Config:
                      rows per fragment row where DMMA takes 4. It spares float32
                      DMMA's widening conversions, which cost as much pipe time as
                      the DMMAs themselves.
+    wgmma            float32 ab with tf32x3 only (sm_90a): Hopper's warpgroup MMA
+                     (wgmma.mma_async m64nNk8) instead of mma.sync. C, split
+                     once per block, sits in shared memory as wgmma's B operand,
+                     read by the tensor cores for every warp, where mma.sync
+                     needs C's fragments in every warp's registers; four warps (a
+                     warpgroup, row_groups a multiple of 4) turn 64 staged rows
+                     into 64 rows of out per instruction, all N columns at once
+                     (tile_m 2 slabs of 8 rows per warp, tile_n all blocks of
+                     8 columns). Measured on an H200 (scripts/probe_tf32.py),
+                     the TF32 tensor cores run 455 TFLOP/s through wgmma
+                     m64n64k8 and 303 through mma.sync m16n8k8.
     stage_out        ab only: each chunk's rows of out are gathered in shared memory
                      and leave as one contiguous span in 16-byte vectors (the
                      fused update's y read the same way), instead of each
@@ -163,6 +174,7 @@ class Config:
     padded: bool = False
     mma: bool = False
     tf32x3: bool = False
+    wgmma: bool = False
     stage_out: bool = False
     stage_copy: str = "vector"
     m_panels: int = 1
@@ -228,6 +240,22 @@ class KernelSpec:
     @property
     def bulk(self) -> bool:
         return self.config.stage_copy == "bulk"
+
+    @property
+    def arch_specific(self) -> bool:
+        """Whether the kernels use sm_90a's arch-specific instructions (wgmma): built
+        for sm_90a, they run on compute capability 9.0 alone."""
+        return self.config.wgmma
+
+    @property
+    def wgmma_n(self) -> int:
+        """wgmma: N padded to whole blocks of 8 columns, the instructions' width."""
+        return _round_up(self.problem.n, 8)
+
+    @property
+    def wgmma_k_steps(self) -> int:
+        """wgmma: steps of 8 along the inner index M."""
+        return _ceil_div(self.problem.m, 8)
 
     @property
     def layout(self) -> tuple[int, int, int]:
@@ -316,6 +344,8 @@ class KernelSpec:
     @property
     def c_shared_bytes(self) -> int:
         p = self.problem
+        if self.config.wgmma:  # C's TF32 parts, hi then lo, each padded to whole k-steps and blocks of 8
+            return 2 * 8 * self.wgmma_k_steps * self.wgmma_n * p.element_bytes
         if p.op != "ab" or self.config.c_source != "shared" or self.config.mma:
             return 0
         return _round_up(p.m * p.n * p.element_bytes, VECTOR_BYTES)
@@ -371,6 +401,9 @@ class KernelSpec:
         if self.flat:  # C's columns, A's rows, the vector of out (and y's)
             vec = p.vector_elements
             return (p.m * vec + self.flat_rows * p.m + vec * (2 if p.update else 1)) * words + 40
+        if c.wgmma:  # acc and fix of a warp's 16 rows, every k-step's split A fragment (8 words,
+            # which ptxas keeps in 14 registers: nvcc 13.0 used 96..235 at M = N = 9..64)
+            return self.wgmma_n + 14 * self.wgmma_k_steps + 48
         outputs = c.tile_m * c.tile_n * (2 if c.mma else 1)  # a DMMA block: 2 per lane
         halves = 2 if c.tf32x3 else 1  # an m16n8k8 step's fragments: two DMMA k-steps'
         operands = (c.tile_m + c.tile_n) * words * halves
@@ -491,8 +524,18 @@ def validate(spec: KernelSpec) -> None:
     if c.tf32x3 and not (c.mma and p.dtype == "float32"):
         errors.append("tf32x3 applies to float32 with mma")
         raise InvalidSpec(f"{spec.name}: " + "; ".join(errors))
-    if c.mma and (p.dtype not in MMA_DTYPES or c.m_panels != 1 or (p.op == "ab" and c.c_source != "global")):
-        errors.append(f"mma (DMMA) serves {' and '.join(MMA_DTYPES)} without panels, for ab with C from global memory")
+    if c.wgmma and not (
+        c.tf32x3 and p.op == "ab" and not p.update and c.c_source == "shared" and c.stage_copy != "bulk"
+        and (c.tile_m, c.tile_n) == (2, _ceil_div(p.n, 8)) and c.row_groups % 4 == 0
+    ):
+        errors.append("wgmma serves 3xTF32 ab without the update, C from shared memory, staged by vector or "
+                      "element copies, whole warpgroups (row_groups a multiple of 4) of warps with 2 slabs of "
+                      "8 rows and all blocks of 8 columns each")
+        raise InvalidSpec(f"{spec.name}: " + "; ".join(errors))
+    if c.mma and (p.dtype not in MMA_DTYPES or c.m_panels != 1
+                  or (p.op == "ab" and c.c_source != ("shared" if c.wgmma else "global"))):
+        errors.append(f"mma (DMMA) serves {' and '.join(MMA_DTYPES)} without panels, for ab with C from global "
+                      "memory (wgmma: from shared memory)")
         raise InvalidSpec(f"{spec.name}: " + "; ".join(errors))
     inner_m = spec.panel_m if p.op == "atb" else c.rows_per_stage
     if c.mma:

@@ -74,6 +74,16 @@ def library_for(spec: KernelSpec | MtsmSpec, arch: str) -> str:
     return str(compile_module([spec], arch))
 
 
+def target_flags(specs: list[KernelSpec] | list[MtsmSpec], arch: str) -> list[str]:
+    """nvcc's target for ``specs`` on GPUs of ``arch``: the arch-specific sm_90a where a
+    spec uses its instructions (wgmma; nvcc 13.0 takes it only in the -gencode form)."""
+    if not any(isinstance(spec, KernelSpec) and spec.arch_specific for spec in specs):
+        return [f"-arch={arch}"]
+    if arch != "sm_90":
+        raise KernelBuildError(f"jax_tsmm: wgmma kernels run on sm_90 (Hopper) only, not {arch}")
+    return ["-gencode=arch=compute_90a,code=sm_90a"]
+
+
 def compile_module(specs: list[KernelSpec] | list[MtsmSpec], arch: str) -> pathlib.Path:
     """Generate and compile ``specs`` (atb/ab or mtsm specs, one kind per module)
     into one cubin, through the on-disk cache."""
@@ -88,7 +98,7 @@ def compile_module(specs: list[KernelSpec] | list[MtsmSpec], arch: str) -> pathl
         src = pathlib.Path(work) / "kernels.cu"
         src.write_text(source)
         out = pathlib.Path(work) / "kernels.cubin"
-        command = [nvcc(), "-cubin", f"-arch={arch}", "-O3", "-o", str(out), str(src)]
+        command = [nvcc(), "-cubin", *target_flags(specs, arch), "-O3", "-o", str(out), str(src)]
         result = subprocess.run(command, capture_output=True, text=True)
         if result.returncode != 0:
             raise KernelBuildError(

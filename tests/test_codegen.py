@@ -5,6 +5,7 @@ for sm_90."""
 from __future__ import annotations
 
 import dataclasses
+import re
 import subprocess
 
 import pytest
@@ -210,6 +211,54 @@ def test_tf32x3_candidates_for_float32_only():
         assert not any(c.tf32x3 for c in candidates(Problem(op, "float64", 40, 40), limit=64, arch="sm_90"))
 
 
+def _wgmma_config(n: int, **change) -> Config:
+    return dataclasses.replace(Config(tile_m=2, tile_n=-(-n // 8), mapping="blocked", row_groups=4, rows_per_stage=128,
+                                      stages=3, mma=True, tf32x3=True, wgmma=True, c_source="shared",
+                                      blocks_per_sm=1), **change)
+
+
+@pytest.mark.parametrize("problem, change", [
+    (Problem("atb", "float32", 40, 40), {}),
+    (Problem("ab", "float32", 40, 40, update=True), {}),
+    (Problem("ab", "float32", 40, 40), dict(tf32x3=False)),
+    (Problem("ab", "float32", 40, 40), dict(tile_n=4)),
+    (Problem("ab", "float32", 40, 40), dict(tile_m=1, rows_per_stage=64)),
+    (Problem("ab", "float32", 40, 40), dict(row_groups=2, rows_per_stage=64)),
+    (Problem("ab", "float32", 40, 40), dict(c_source="global")),
+])
+def test_wgmma_serves_whole_warpgroups_of_tf32x3_ab(problem, change):
+    with pytest.raises(InvalidSpec, match="wgmma"):
+        validate(KernelSpec(problem, _wgmma_config(problem.n, **change)))
+
+
+def test_wgmma_geometry():
+    """C's two TF32 parts fill whole k-steps of 8 and blocks of 8 columns, ahead of the
+    ring; the kernels need sm_90a, so nvcc builds them for it alone."""
+    spec = KernelSpec(Problem("ab", "float32", 49, 3), _wgmma_config(3))
+    validate(spec)
+    assert (spec.wgmma_n, spec.wgmma_k_steps, spec.c_shared_bytes) == (8, 7, 2 * 56 * 8 * 4)
+    assert spec.rows_per_pass == 64 and spec.threads == 128 and spec.arch_specific
+    assert spec.shared_bytes == spec.c_shared_bytes + spec.config.stages * spec.stage_bytes
+    assert _kernels.target_flags([spec], "sm_90") == ["-gencode=arch=compute_90a,code=sm_90a"]
+    plain = KernelSpec(Problem("ab", "float32", 49, 3), default_config(Problem("ab", "float32", 49, 3)))
+    assert _kernels.target_flags([plain], "sm_90") == ["-arch=sm_90"]
+    with pytest.raises(_kernels.KernelBuildError, match="sm_90"):
+        _kernels.target_flags([plain, spec], "sm_100")
+
+
+def test_wgmma_candidates_for_float32_ab_on_sm90_only():
+    """The search ranks wgmma first for float32 ab on sm_90, and never offers it for
+    atb, float64, the update or other architectures."""
+    problem = Problem("ab", "float32", 49, 49)
+    offered = candidates(problem, limit=16, arch="sm_90")
+    assert offered[0] == default_config(problem) and any(c.wgmma for c in offered[1:4])
+    for config in offered:
+        validate(KernelSpec(problem, config))
+    for other, arch in ((Problem("atb", "float32", 49, 49), "sm_90"), (Problem("ab", "float64", 49, 49), "sm_90"),
+                        (Problem("ab", "float32", 49, 49, update=True), "sm_90"), (problem, "sm_100")):
+        assert not any(c.wgmma for c in candidates(other, limit=64, arch=arch))
+
+
 @pytest.mark.parametrize("op, width", [("atb", 1), ("atb", 30), ("atb", 64), ("ab", 1), ("ab", 37), ("ab", 64)])
 def test_staged_float_fragments_take_one_bank_per_lane(op, width):
     """A warp's fragment read from staged float32 rows (atb: 4 rows x 8 columns,
@@ -357,6 +406,23 @@ def test_sample_compiles_for_sm90_without_warnings(tmp_path):
     assert {"shared", "global"} <= {o[1] for s in specs if s.problem.op == "ab" for o in [(s.config.mapping, s.config.c_source)]}
     assert {2, 3, 4} <= {o[2] for o in options}
     _nvcc_compile(specs, tmp_path)
+
+
+@pytest.mark.nvcc
+def test_wgmma_kernels_compile_for_sm90a_without_spills(tmp_path):
+    """wgmma kernels from 1 to 64 wide, staged output or not, several in one module
+    (each width's product emitted once), build for sm_90a warning-free and without
+    spilling at the register share their launch bounds give them."""
+    specs = [KernelSpec(Problem("ab", "float32", m, n), _wgmma_config(n, stage_out=m % 2 == 1, blocks_per_sm=b))
+             for m, n, b in ((49, 49, 2), (64, 64, 1), (33, 17, 2), (5, 3, 2), (40, 64, 1), (64, 1, 2), (17, 56, 2))]
+    source = tmp_path / "wgmma.cu"
+    source.write_text(module_source(specs))
+    command = [_kernels.nvcc(), "-cubin", *_kernels.target_flags(specs, "sm_90"), "-O3", "-Werror", "all-warnings",
+               "-Xptxas", "-v", "-o", str(tmp_path / "wgmma.cubin"), str(source)]
+    result = subprocess.run(command, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    spills = re.findall(r"(\d+) bytes spill stores", result.stderr)
+    assert len(spills) == len(specs) and set(spills) == {"0"}, result.stderr
 
 
 @pytest.mark.nvcc

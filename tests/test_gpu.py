@@ -371,15 +371,49 @@ def test_tf32x3_path(op, m, n, tile_m, tile_n, row_groups, stage_copy, k):
     assert np.array_equal(np.asarray(out), np.asarray(again))
 
 
-@pytest.mark.parametrize("op", ["atb", "ab"])
-def test_tf32x3_keeps_float32_accuracy_on_positive_data(op):
+WGMMA_CASES = [  # M, N, row_groups, rows_per_stage, stage_out: N padded to 8-column blocks, M to k-steps of 8
+    (49, 49, 4, 128, False),
+    (64, 64, 8, 128, True),
+    (33, 17, 4, 192, True),
+    (5, 3, 4, 128, False),
+    (40, 64, 8, 256, False),
+    (64, 1, 4, 64, True),
+]
+
+
+@pytest.mark.parametrize("m, n, row_groups, rows_per_stage, stage_out", WGMMA_CASES)
+@pytest.mark.parametrize("k", [1, 37, 100_003, 10**6 + 7])
+def test_wgmma_path(m, n, row_groups, rows_per_stage, stage_out, k):
+    """float32 ab through wgmma (Config.wgmma, sm_90a: C split in shared memory, 64
+    rows per warpgroup and instruction): within float32's error bound, through many
+    rounds of the ring with a ragged last chunk, over batch items off a 16-byte
+    boundary, and the same bits on every run."""
+    if _cuda.arch() != "sm_90":
+        pytest.skip(f"wgmma runs on sm_90 only, this GPU is {_cuda.arch()}")
+    rng = np.random.default_rng()
+    config = Config(tile_m=2, tile_n=-(-n // 8), mapping="blocked", row_groups=row_groups,
+                    rows_per_stage=rows_per_stage, stages=3, mma=True, tf32x3=True, wgmma=True, c_source="shared",
+                    stage_out=stage_out, blocks_per_sm=1)
+    spec = KernelSpec(Problem("ab", "float32", m, n), config)
+    a, c = operands(rng, "ab", "float32", k, m, n, (3,), (1,))
+    with _dispatch.forced(spec):
+        out = run("ab", a, c)
+        again = run("ab", a, c)
+    assert_close(out, a, c, op="ab", err_msg=spec.name)
+    assert np.array_equal(np.asarray(out), np.asarray(again))
+
+
+@pytest.mark.parametrize("op, wgmma", [("atb", False), ("ab", False), ("ab", True)])
+def test_tf32x3_keeps_float32_accuracy_on_positive_data(op, wgmma):
     """All-positive operands (no cancellation, so a biased rounding shows): 3xTF32's
     largest error relative to |A|ᵀ|B| stays within 4x that of XLA's float32 dot
-    at HIGHEST precision on the same operands."""
+    at HIGHEST precision on the same operands (ab through mma.sync and wgmma)."""
+    if wgmma and _cuda.arch() != "sm_90":
+        pytest.skip(f"wgmma runs on sm_90 only, this GPU is {_cuda.arch()}")
     rng = np.random.default_rng()
     m, n, k = (40, 40, 2**20 + 3) if op == "atb" else (64, 48, 100_003)
     problem = Problem(op, "float32", m, n)
-    spec = KernelSpec(problem, next(c for c in candidates(problem, limit=64) if c.tf32x3))
+    spec = KernelSpec(problem, next(c for c in candidates(problem, limit=64) if c.tf32x3 and c.wgmma == wgmma))
     a = np.abs(random_operand(rng, (k, m), "float32"))
     b = np.abs(random_operand(rng, (k, n) if op == "atb" else (m, n), "float32"))
     with _dispatch.forced(spec):
