@@ -1270,6 +1270,8 @@ def _ab_mma_tiles(spec: KernelSpec, ar: _Arith):
     tf32, wgmma = c.tf32x3, c.wgmma
     k_steps = -(-p.m // spec.mma_k) * spec.mma_k // 4  # 4-wide steps, whole m16n8k8 steps for TF32
     stride = spec.smem_stride(p.m)
+    # wgmma: the last k-step's columns past M read zeroed padding instead of a mask
+    zero_padding = wgmma and p.m % 4 != 0
     if wgmma:
         n8, k8 = spec.wgmma_n, spec.wgmma_k_steps
         c_from = [
@@ -1285,6 +1287,16 @@ def _ab_mma_tiles(spec: KernelSpec, ar: _Arith):
             "  c_split[at] = __uint_as_float(part.hi);",
             f"  c_split[{8 * k8 * n8} + at] = __uint_as_float(part.lo);",
             "}",
+            *([
+                f"// Staged rows of A are padded to {stride} elements, which the copies never write: zero",
+                f"// columns {p.m}..{-(-p.m // 4) * 4 - 1} of every slot once, so the last k-step's fragment needs no mask",
+                "// (a masked fragment has ptxas fence the warpgroup before every k-step).",
+                f"for (int r = tid; r < {c.stages * c.rows_per_stage}; r += {spec.threads}) {{",
+                f"  float* padding = reinterpret_cast<float*>(tsmm_smem + {spec.c_shared_bytes} + r / {c.rows_per_stage} * "
+                f"{spec.stage_bytes}) + r % {c.rows_per_stage} * {stride} + {p.m};",
+                *[f"  padding[{col}] = 0.0f;" for col in range(-(-p.m // 4) * 4 - p.m)],
+                "}",
+            ] if zero_padding else []),
             "tsmm_fence_shared_for_bulk();  // the tensor cores read C through the async proxy, like bulk copies",
             "__syncthreads();",
             f"const unsigned long long c_hi = tsmm_wgmma_desc(c_split, 128, {k8 * 256});",
@@ -1318,7 +1330,8 @@ def _ab_mma_tiles(spec: KernelSpec, ar: _Arith):
         "// PTX m8n8k4 f64 fragments: A (8x4, row) holds [lane/4][lane%4], B (4x8, col)",
         "// [lane%4][lane/4], D (8x8) [lane/4][2*(lane%4) + h].",
         *(["// wgmma m64nNk8 tf32: each warp holds an m16n8k8 A fragment of its 16 rows, and D of",
-           "// those rows as [lane/4 (+8)][8*block + 2*(lane%4) + h] in d[4*block + 2*(+8) + h]."]
+           "// those rows: [lane/4][8*block + 2*(lane%4) + h] in d[4*block + h], row lane/4 + 8 in",
+           "// d[4*block + 2 + h]."]
           if wgmma else []),
         "const int frag_row = lane / 4;",
         "const int frag_k = lane % 4;",
@@ -1382,11 +1395,11 @@ def _ab_mma_tiles(spec: KernelSpec, ar: _Arith):
 
         def a_fragment(i: int, ks: int) -> str:
             """Slab i's A at inner index 4 ks + frag_k; columns past M are masked (the
-            padding of a staged row is never written)."""
+            padding of a staged row is never written), or zero (zero_padding)."""
             at = f"sa[{slab_at(i)} + {ks * 4} + frag_k]"
             if ks * 4 >= p.m:
                 return "0.0f"
-            return f"frag_k < {p.m - ks * 4} ? {at} : 0.0f" if ks * 4 + 4 > p.m else at
+            return f"frag_k < {p.m - ks * 4} ? {at} : 0.0f" if ks * 4 + 4 > p.m and not zero_padding else at
 
         if wgmma:
             lines = [
