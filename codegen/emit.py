@@ -1270,8 +1270,6 @@ def _ab_mma_tiles(spec: KernelSpec, ar: _Arith):
     tf32, wgmma = c.tf32x3, c.wgmma
     k_steps = -(-p.m // spec.mma_k) * spec.mma_k // 4  # 4-wide steps, whole m16n8k8 steps for TF32
     stride = spec.smem_stride(p.m)
-    # wgmma: the last k-step's columns past M read zeroed padding instead of a mask
-    zero_padding = wgmma and p.m % 4 != 0
     if wgmma:
         n8, k8 = spec.wgmma_n, spec.wgmma_k_steps
         c_from = [
@@ -1287,18 +1285,10 @@ def _ab_mma_tiles(spec: KernelSpec, ar: _Arith):
             "  c_split[at] = __uint_as_float(part.hi);",
             f"  c_split[{8 * k8 * n8} + at] = __uint_as_float(part.lo);",
             "}",
-            *([
-                f"// Staged rows of A are padded to {stride} elements, which the copies never write: zero",
-                f"// columns {p.m}..{-(-p.m // 4) * 4 - 1} of every slot once, so the last k-step's fragment needs no mask",
-                "// (a masked fragment has ptxas fence the warpgroup before every k-step).",
-                f"for (int r = tid; r < {c.stages * c.rows_per_stage}; r += {spec.threads}) {{",
-                f"  float* padding = reinterpret_cast<float*>(tsmm_smem + {spec.c_shared_bytes} + r / {c.rows_per_stage} * "
-                f"{spec.stage_bytes}) + r % {c.rows_per_stage} * {stride} + {p.m};",
-                *[f"  padding[{col}] = 0.0f;" for col in range(-(-p.m // 4) * 4 - p.m)],
-                "}",
-            ] if zero_padding else []),
             "tsmm_fence_shared_for_bulk();  // the tensor cores read C through the async proxy, like bulk copies",
             "__syncthreads();",
+            *([f"// Lanes whose last 4-wide step reads past M (into the next staged row) keep none of it.",
+               f"const unsigned inside_m = frag_k < {p.m % 4} ? 0xffffffffu : 0u;"] if p.m % 4 else []),
             f"const unsigned long long c_hi = tsmm_wgmma_desc(c_split, 128, {k8 * 256});",
             f"const unsigned long long c_lo = tsmm_wgmma_desc(c_split + {8 * k8 * n8}, 128, {k8 * 256});",
         ]
@@ -1395,11 +1385,15 @@ def _ab_mma_tiles(spec: KernelSpec, ar: _Arith):
 
         def a_fragment(i: int, ks: int) -> str:
             """Slab i's A at inner index 4 ks + frag_k; columns past M are masked (the
-            padding of a staged row is never written), or zero (zero_padding)."""
+            padding of a staged row is never written)."""
             at = f"sa[{slab_at(i)} + {ks * 4} + frag_k]"
             if ks * 4 >= p.m:
                 return "0.0f"
-            return f"frag_k < {p.m - ks * 4} ? {at} : 0.0f" if ks * 4 + 4 > p.m and not zero_padding else at
+            if ks * 4 + 4 <= p.m:
+                return at
+            if wgmma:  # a bit mask: a select here has ptxas fence the warpgroup before every k-step
+                return f"__uint_as_float(__float_as_uint({at}) & inside_m)"
+            return f"frag_k < {p.m - ks * 4} ? {at} : 0.0f"
 
         if wgmma:
             lines = [

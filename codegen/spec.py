@@ -267,6 +267,8 @@ class KernelSpec:
     def row_spacing(self) -> int:
         """Rows between the rows one DMMA fragment takes from a stage (1: consecutive
         rows): atb's 4 rows of a k-step, ab's 8 rows of a slab."""
+        if self.config.wgmma:
+            return wgmma_row_spacing(self.problem.m)
         return self.layout[0] if self.bulk else 1
 
     @property
@@ -302,6 +304,8 @@ class KernelSpec:
         p = self.problem
         if self.bulk:
             return width
+        if self.config.wgmma:  # unpadded but for multiples of 8 (see wgmma_row_spacing)
+            return width if width % 8 else width + 4
         if self.config.mma:
             return dmma_stride(width) if p.real_type == "double" else dmma_float_stride(width, p.op)
         return width + 1 if self.config.padded and width % 2 == 0 else width
@@ -312,7 +316,7 @@ class KernelSpec:
         if self.bulk:
             _, group_m, group_n = self.layout
             return group_m if width == self.problem.m else group_n
-        return self.smem_stride(width)
+        return self.row_spacing * self.smem_stride(width)
 
     def groups_padded(self, width: int) -> bool:
         """Whether padding lies between the groups of staged rows of this width (else
@@ -332,7 +336,9 @@ class KernelSpec:
                 return c.rows_per_stage // self.row_spacing * self.group_stride(width) + vec
             if self.is_padded(width):
                 return _round_up(c.rows_per_stage * self.smem_stride(width), vec)
-            return _round_up(c.rows_per_stage * width, vec) + vec
+            # wgmma's last 4-wide step reads (and masks) up to 3 elements past a row: one more vector
+            overread = vec if c.wgmma and width % 4 else 0
+            return _round_up(c.rows_per_stage * width, vec) + vec + overread
 
         return area(p.m), area(p.n) if p.op == "atb" else 0
 
@@ -456,6 +462,14 @@ def bulk_layout(m: int, n: int, element_bytes: int = 8) -> tuple[int, int, int]:
         if best is None or cost <= best_cost:
             best, best_cost = (s, *groups), cost
     return best
+
+
+def wgmma_row_spacing(m: int) -> int:
+    """Rows between the 8 rows of a wgmma A fragment (8 rows x 4 columns of floats per
+    request) read from rows of m floats staged unpadded: s * m an odd multiple of 4
+    puts the 8 rows in 8 distinct groups of 4 banks (odd m: s = 4, 2 mod 4: 2, 4 mod
+    8: 1). Multiples of 8 have no such s; their rows are padded by 4 floats (s = 1)."""
+    return next((s for s in (1, 2, 4) if s * m % 8 == 4), 1)
 
 
 def dmma_float_stride(width: int, op: str) -> int:

@@ -10,7 +10,7 @@ import jax
 import numpy as np
 
 import jax_tsmm
-from jax_tsmm import _dispatch
+from jax_tsmm import _cuda, _dispatch
 from jax_tsmm.codegen import Config, KernelSpec, Problem
 
 jax.config.update("jax_enable_x64", True)
@@ -71,6 +71,13 @@ BULK_CASES = [
     ("ab", (2, 3), "float32", Config(mapping="flat", row_groups=32, rows_per_stage=128, c_source="global")),
     ("ab", (13, 48), "float64", Config(mapping="flat", row_groups=12, rows_per_stage=48, c_source="global",
                                        blocks_per_sm=1)),
+    # wgmma (3xTF32 float32 ab, sm_90a; run on sm_90 only): A's unpadded rows read 4 and 2 apart, the
+    # last 4-wide step masked past M; padded rows (a multiple of 8); C split into shared memory.
+    *[("ab", (m, n), "float32", Config(tile_m=2, tile_n=-(-n // 8), mapping="blocked", row_groups=4,
+                                       rows_per_stage=64, mma=True, tf32x3=True, wgmma=True, c_source="shared",
+                                       stage_out=stage_out, blocks_per_sm=1))
+      for m, n, stage_out in ((49, 49, True), (50, 17, False), (40, 3, True))
+      if _cuda.arch() == "sm_90"],
 ]
 for op, (m, n), dtype, config in BULK_CASES:
     a = random((2, 1001, m), dtype)

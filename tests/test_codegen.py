@@ -246,6 +246,19 @@ def test_wgmma_geometry():
         _kernels.target_flags([plain, spec], "sm_100")
 
 
+@pytest.mark.parametrize("m", range(1, 65))
+def test_wgmma_fragments_take_one_bank_per_lane_and_stay_in_their_slot(m):
+    """A wgmma A fragment (8 rows row_spacing apart x 4 columns) read from staged rows
+    touches 32 distinct banks; the last 4-wide step, read whole and masked, stays
+    inside the stage's area at any misalignment of the chunk."""
+    spec = KernelSpec(Problem("ab", "float32", m, 8), _wgmma_config(8))
+    s, stride = spec.row_spacing, spec.smem_stride(m)
+    assert len({(g * s * stride + t) % 32 for g in range(8) for t in range(4)}) == 32
+    largest_shift = spec.problem.vector_elements - 1
+    last_read = largest_shift + (spec.config.rows_per_stage - 1) * stride + 4 * -(-m // 4) - 1
+    assert last_read < spec.stage_elements()[0]
+
+
 def test_wgmma_candidates_for_float32_ab_on_sm90_only():
     """The search ranks wgmma first for float32 ab on sm_90, and never offers it for
     atb, float64, the update or other architectures."""

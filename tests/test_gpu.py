@@ -371,13 +371,16 @@ def test_tf32x3_path(op, m, n, tile_m, tile_n, row_groups, stage_copy, k):
     assert np.array_equal(np.asarray(out), np.asarray(again))
 
 
-WGMMA_CASES = [  # M, N, row_groups, rows_per_stage, stage_out: N padded to 8-column blocks, M to k-steps of 8
+WGMMA_CASES = [  # M, N, row_groups, rows_per_stage, stage_out: A's rows read 4 apart (odd M), 2 apart (2 mod 4),
+    # 1 apart (4 mod 8), padded (multiples of 8); N padded to 8-column blocks, M to k-steps of 8
     (49, 49, 4, 128, False),
     (64, 64, 8, 128, True),
     (33, 17, 4, 192, True),
     (5, 3, 4, 128, False),
     (40, 64, 8, 256, False),
     (64, 1, 4, 64, True),
+    (50, 24, 4, 128, True),
+    (36, 9, 8, 128, False),
 ]
 
 
