@@ -1274,7 +1274,7 @@ def _ab_mma_tiles(spec: KernelSpec, ar: _Arith):
         n8, k8 = spec.wgmma_n, spec.wgmma_k_steps
         c_from = [
             "// C as wgmma's B operand, split into TF32 parts once per block: K-major core",
-            f"// matrices of 8 columns of out x 4 of the inner index (128 contiguous bytes), those",
+            "// matrices of 8 columns of out x 4 of the inner index (128 contiguous bytes), those",
             f"// along the inner index 128 bytes apart, those along N {k8 * 256} bytes apart; the lo",
             f"// parts {8 * k8 * n8 * 4} bytes after the hi parts; zero past M and N.",
             "float* c_split = reinterpret_cast<float*>(tsmm_smem);",
@@ -1287,14 +1287,14 @@ def _ab_mma_tiles(spec: KernelSpec, ar: _Arith):
             "}",
             "tsmm_fence_shared_for_bulk();  // the tensor cores read C through the async proxy, like bulk copies",
             "__syncthreads();",
-            *([f"// Lanes whose last 4-wide step reads past M (into the next staged row) keep none of it.",
+            *(["// Lanes whose last 4-wide step reads past M (into the next staged row) keep none of it.",
                f"const unsigned inside_m = frag_k < {p.m % 4} ? 0xffffffffu : 0u;"] if p.m % 4 else []),
             f"const unsigned long long c_hi = tsmm_wgmma_desc(c_split, 128, {k8 * 256});",
             f"const unsigned long long c_lo = tsmm_wgmma_desc(c_split + {8 * k8 * n8}, 128, {k8 * 256});",
         ]
     else:
         c_from = [
-            f"// C as B fragments, loaded once: c_<step>_<block> = C[4*step + frag_k][8*block + frag_row],",
+            "// C as B fragments, loaded once: c_<step>_<block> = C[4*step + frag_k][8*block + frag_row],",
             "// zero past M or N so that the steps and blocks that overhang add nothing"
             + (" (split into TF32 parts)." if tf32 else "."),
             *[f"const int c_col{j} = (warp_n * {tn} + {j}) * 8 + frag_row;" for j in range(tn)],

@@ -266,7 +266,8 @@ class KernelSpec:
     @property
     def row_spacing(self) -> int:
         """Rows between the rows one DMMA fragment takes from a stage (1: consecutive
-        rows): atb's 4 rows of a k-step, ab's 8 rows of a slab."""
+        rows): atb's 4 rows of a k-step, ab's 8 rows of a slab (bulk_layout; wgmma:
+        wgmma_row_spacing)."""
         if self.config.wgmma:
             return wgmma_row_spacing(self.problem.m)
         return self.layout[0] if self.bulk else 1
