@@ -36,6 +36,11 @@ ATB_MMA_MIN_WIDTH = 5  # narrower, most of each 8-wide block would be waste
 MMA_TILE_BLOCKS = 8  # 8x8 blocks per warp beyond 32x32: 32 accumulator registers
 MMA_MAX_WARPS = 8
 MMA_MIN_WARPS = 8  # per block beyond 32x32; the widths up to 32x32, which ran well, had 8 to 12
+# sm_90 only (wgmma, built for sm_90a): float32 ab with both widths in this range.
+# Measured on an H200 (2026-11-24, tuner): wgmma ahead of the DMMA kernel below at
+# every square width from 33 to 64, by 10-43 points of the copy roofline; the
+# configuration is the most frequent winner there (12 of 32 widths).
+WGMMA_WIDTHS = range(33, 65)
 
 
 def _split(extent: int, widest: int) -> int:
@@ -149,8 +154,19 @@ def _ab_mma_config(problem: Problem) -> Config:
     return dataclasses.replace(config, rows_per_stage=rows, stage_out=stage_out)
 
 
-def default_config(problem: Problem) -> Config:
-    """A valid configuration for ``problem`` from the model above."""
+def _wgmma_config(problem: Problem) -> Config:
+    """3xTF32 ab through wgmma: one warpgroup of 64 rows a pass, two blocks per SM, out staged."""
+    return Config(tile_m=2, tile_n=math.ceil(problem.n / 8), mapping="blocked", row_groups=4, rows_per_stage=64,
+                  stages=STAGES, mma=True, tf32x3=True, wgmma=True, c_source="shared", stage_out=True,
+                  blocks_per_sm=BLOCKS_PER_SM)
+
+
+def default_config(problem: Problem, arch: str = "") -> Config:
+    """A valid configuration for ``problem`` from the model above, for GPUs of ``arch``
+    (empty: any from sm_80, as the prebuilt set is built; "sm_90" may get wgmma)."""
+    if (arch == "sm_90" and problem.op == "ab" and problem.dtype == "float32" and not problem.update
+            and problem.m in WGMMA_WIDTHS and problem.n in WGMMA_WIDTHS):
+        return _wgmma_config(problem)
     widest = _widest_tile(problem)
     atb_mma = problem.m * problem.n > ATB_MMA_MIN_OUTPUTS and min(problem.m, problem.n) >= ATB_MMA_MIN_WIDTH
     if problem.dtype in MMA_DTYPES and (problem.m * problem.n > MMA_MIN_OUTPUTS or problem.op == "atb" and atb_mma):

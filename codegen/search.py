@@ -28,7 +28,8 @@ def _tile_widths(extent: int, widest: int = 8) -> list[int]:
     return sorted({_split(extent, w) for w in range(1, widest + 1)})
 
 
-def _occupancy_ok(spec: KernelSpec) -> bool:
+def occupancy_ok(spec: KernelSpec) -> bool:
+    """Whether blocks_per_sm blocks of ``spec`` fit one SM's threads, registers and shared memory."""
     blocks = spec.config.blocks_per_sm
     registers = max(spec.estimated_registers(), 32)
     return (blocks * spec.threads <= SM_THREADS
@@ -194,7 +195,7 @@ def candidates(problem: Problem, limit: int = 16, arch: str = "sm_90") -> list[C
         seen.add(shape)
     ranked = firsts + seconds
     try:
-        default = default_config(problem)
+        default = default_config(problem, arch)
     except InvalidSpec:
         return ranked[:limit]
     # The model's own tile with bulk copies next, where the GPU and the layout allow them,
@@ -217,7 +218,7 @@ def _valid(spec: KernelSpec) -> bool:
 
 def _usable(spec: KernelSpec) -> bool:
     """Valid, at least two warps, and within an SM's share at its blocks per SM."""
-    return _valid(spec) and 64 <= spec.threads and _occupancy_ok(spec)
+    return _valid(spec) and 64 <= spec.threads and occupancy_ok(spec)
 
 
 def neighbours(problem: Problem, config: Config) -> list[Config]:

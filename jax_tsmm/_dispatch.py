@@ -244,7 +244,7 @@ def select(op: str, dtype, m: int, n: int, k: int, batch_dims: int, conj: bool,
     if entry is not None and not entry.get("real_view", False):
         return KernelSpec(problem, Config(**entry["config"]))
     try:
-        return KernelSpec(problem, default_config(problem))
+        return KernelSpec(problem, default_config(problem, arch))
     except InvalidSpec:
         return None
 
@@ -257,4 +257,4 @@ def _real_view_kernel(real: Problem, k: int, arch: str, device: str) -> KernelSp
     entry = tuned(problem_key(real), k, arch, device)
     if entry is not None and entry["config"] is not None:
         return KernelSpec(real, Config(**entry["config"]))
-    return KernelSpec(real, default_config(real))
+    return KernelSpec(real, default_config(real, arch))

@@ -69,7 +69,7 @@ def main() -> None:
         op, dtype, m, n = shape.split(":")
         m, n = int(m), int(n)
         problem = Problem("ab" if op == "ab_update" else op, dtype, m, n, update=op == "ab_update")
-        base = flat_candidates(problem)[0] if args.flat else default_config(problem)
+        base = flat_candidates(problem)[0] if args.flat else default_config(problem, _cuda.arch())
         specs = []
         for values in itertools.product(*(vals for _, vals in varied)):
             config = dataclasses.replace(base, **{f: v for (f, _), v in zip(varied, values)})

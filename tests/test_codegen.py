@@ -13,7 +13,7 @@ import pytest
 from jax_tsmm import _kernels
 from jax_tsmm.codegen import Config, InvalidSpec, KernelSpec, Problem, default_config, module_source, validate
 from jax_tsmm.codegen.prebuilt import prebuilt_specs
-from jax_tsmm.codegen.search import candidates, flat_candidates, neighbours
+from jax_tsmm.codegen.search import candidates, flat_candidates, neighbours, occupancy_ok
 
 DTYPES = ("float32", "float64", "complex64", "complex128")
 
@@ -264,12 +264,33 @@ def test_wgmma_candidates_for_float32_ab_on_sm90_only():
     atb, float64, the update or other architectures."""
     problem = Problem("ab", "float32", 49, 49)
     offered = candidates(problem, limit=16, arch="sm_90")
-    assert offered[0] == default_config(problem) and any(c.wgmma for c in offered[1:4])
+    assert offered[0] == default_config(problem, "sm_90") and all(c.wgmma for c in offered[:4])
     for config in offered:
         validate(KernelSpec(problem, config))
     for other, arch in ((Problem("atb", "float32", 49, 49), "sm_90"), (Problem("ab", "float64", 49, 49), "sm_90"),
                         (Problem("ab", "float32", 49, 49, update=True), "sm_90"), (problem, "sm_100")):
         assert not any(c.wgmma for c in candidates(other, limit=64, arch=arch))
+
+
+def test_model_takes_wgmma_for_wide_float32_ab_on_sm90_only():
+    """On sm_90 the model's float32 ab with both widths in 33..64 is wgmma, valid and
+    within an SM's share at its blocks per SM; not for other architectures or none
+    (the prebuilt set's), atb, float64, the update, or a width outside 33..64."""
+    for m in range(33, 65):
+        for n in range(33, 65):
+            problem = Problem("ab", "float32", m, n)
+            config = default_config(problem, "sm_90")
+            spec = KernelSpec(problem, config)
+            validate(spec)
+            assert config.wgmma and occupancy_ok(spec), spec.name
+    for problem, arch in (
+        (Problem("ab", "float32", 40, 40), ""), (Problem("ab", "float32", 40, 40), "sm_100"),
+        (Problem("atb", "float32", 40, 40), "sm_90"), (Problem("ab", "float64", 40, 40), "sm_90"),
+        (Problem("ab", "float32", 40, 40, update=True), "sm_90"), (Problem("ab", "float32", 32, 40), "sm_90"),
+        (Problem("ab", "float32", 40, 65), "sm_90"),
+    ):
+        assert not default_config(problem, arch).wgmma
+    assert not any(spec.arch_specific for spec in prebuilt_specs())
 
 
 @pytest.mark.parametrize("op, width", [("atb", 1), ("atb", 30), ("atb", 64), ("ab", 1), ("ab", 37), ("ab", 64)])
