@@ -108,8 +108,9 @@ def _wgmma_candidates(problem: Problem) -> dict[Config, float]:
     N), whole warpgroups; ranked ahead of mma.sync's tiles, whose tensor cores run
     at two thirds of wgmma's rate and whose warps each hold C in registers."""
     found = {}
-    tile = dict(tile_m=2, tile_n=-(-problem.n // 8))
-    row_bytes = KernelSpec(problem, Config(mma=True, c_source="global")).smem_stride(problem.m) * problem.element_bytes
+    common = dict(tile_m=2, tile_n=-(-problem.n // 8), mapping="blocked", mma=True, tf32x3=True, wgmma=True,
+                  c_source="shared")
+    row_bytes = KernelSpec(problem, Config(**common)).smem_stride(problem.m) * problem.element_bytes
     # Odd N stores a lane's columns one by one: staged output only (on an H200, 33-46 % of
     # the copy roofline without it at 41, 49 and 63, against 74-97 % with it).
     stage_outs = (True,) if problem.n % 2 else (True, False)
@@ -118,8 +119,7 @@ def _wgmma_candidates(problem: Problem) -> dict[Config, float]:
     ):
         per_pass = 16 * row_groups
         rows = max(per_pass, stage_bytes // (row_bytes + stage_out * problem.n * 4) // per_pass * per_pass)
-        config = Config(**tile, mapping="blocked", row_groups=row_groups, rows_per_stage=rows, stages=stages,
-                        mma=True, tf32x3=True, wgmma=True, c_source="shared", stage_out=stage_out,
+        config = Config(**common, row_groups=row_groups, rows_per_stage=rows, stages=stages, stage_out=stage_out,
                         blocks_per_sm=blocks)
         spec = KernelSpec(problem, config)
         if _usable(spec):
