@@ -448,7 +448,7 @@ def test_wgmma_kernels_compile_for_sm90a_without_spills(tmp_path):
     (each width's product emitted once), build for sm_90a warning-free and without
     spilling at the register share their launch bounds give them, and ptxas fences
     the warpgroup a few times per kernel, not before every k-step (a select masking
-    the last k-step made it fence 14 times at 49x49: 65 % of the roofline, not 77)."""
+    the last k-step made it fence 14 times at 49x49)."""
     specs = [KernelSpec(Problem("ab", "float32", m, n), _wgmma_config(n, stage_out=m % 2 == 1, blocks_per_sm=b))
              for m, n, b in ((49, 49, 2), (64, 64, 1), (33, 17, 2), (5, 3, 2), (40, 64, 1), (64, 1, 2), (17, 56, 2))]
     source = tmp_path / "wgmma.cu"
