@@ -311,12 +311,21 @@ def k_sweep(ceilings: dict, ops, dtypes, widths, ks=K_SWEEP, model: bool = False
 # --- reporting -----------------------------------------------------------------
 
 
+def kernel_label(row: dict) -> str:
+    """Which kind of kernel a row's jax_tsmm call ran, from the configuration it names."""
+    c = row.get("config")
+    if c is None:
+        return "XLA dot"
+    label = ("wgmma 3xTF32" if c.get("wgmma") else "mma.sync 3xTF32" if c.get("tf32x3") else
+             "DMMA" if c.get("mma") else "FMA flat" if c.get("mapping") == "flat" else "FMA")
+    return label + (", real view" if row.get("real_view") else "")
+
+
 def _print_row(row: dict) -> None:
     print(
         f"{row['op']:>6} {row['dtype']:>10} {row['M']:>3}x{row['N']:<3} K={row['K']:>10}  "
         f"tsmm {row['tsmm_s'] * 1e3:8.3f} ms {row['tsmm_pct']:5.1f}%   "
-        f"xla {row['xla_s'] * 1e3:8.3f} ms {row['xla_pct']:5.1f}%   x{row['speedup']:.2f}"
-        + ("   (real view)" if row.get("real_view") else ""),
+        f"xla {row['xla_s'] * 1e3:8.3f} ms {row['xla_pct']:5.1f}%   x{row['speedup']:.2f}   ({kernel_label(row)})",
         flush=True,
     )
 
@@ -344,13 +353,14 @@ def markdown(report: dict) -> str:
         f"{c['read_bytes_per_s'] / 1e9:.0f} GB/s, copy {c['copy_bytes_per_s'] / 1e9:.0f} GB/s, "
         f"FP64 {c['peak_flops']['float64'] / 1e12:.1f} TFLOP/s, FP32 {c['peak_flops']['float32'] / 1e12:.1f} TFLOP/s.",
         "",
-        "| op | dtype | M | N | K | jax_tsmm ms | % roofline | XLA ms | XLA % | speedup |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| op | dtype | M | N | K | kernel | jax_tsmm ms | % roofline | XLA ms | XLA % | speedup |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in report["rows"] + report["k_sweep"]:
         lines.append(
-            f"| {r['op']} | {r['dtype']} | {r['M']} | {r['N']} | {r['K']} | {r['tsmm_s'] * 1e3:.3f} | "
-            f"{r['tsmm_pct']:.1f} | {r['xla_s'] * 1e3:.3f} | {r['xla_pct']:.1f} | {r['speedup']:.2f} |"
+            f"| {r['op']} | {r['dtype']} | {r['M']} | {r['N']} | {r['K']} | {kernel_label(r)} | "
+            f"{r['tsmm_s'] * 1e3:.3f} | {r['tsmm_pct']:.1f} | {r['xla_s'] * 1e3:.3f} | {r['xla_pct']:.1f} | "
+            f"{r['speedup']:.2f} |"
         )
     return "\n".join(lines) + "\n"
 

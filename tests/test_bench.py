@@ -1,0 +1,37 @@
+"""The benchmark's report, without a GPU."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from jax_tsmm import bench
+from jax_tsmm.codegen import Config
+
+
+def _row(config: Config | None, real_view: bool = False) -> dict:
+    return {"op": "ab", "dtype": "float32", "M": 40, "N": 40, "K": 1 << 22,
+            "config": dataclasses.asdict(config) if config else None, "real_view": real_view,
+            "tsmm_s": 1e-3, "xla_s": 2e-3, "tsmm_pct": 90.0, "xla_pct": 45.0, "speedup": 2.0}
+
+
+def test_markdown_names_the_kernel_of_each_row():
+    """Each row of the Markdown report says which kind of kernel ran: the tensor-core
+    paths by instruction, FMA tiles or the flat mapping, a complex problem's real
+    view, or XLA's dot where dispatch chose it."""
+    tf32 = Config(tile_m=2, tile_n=5, mma=True, tf32x3=True)
+    rows = [
+        (_row(dataclasses.replace(tf32, wgmma=True, c_source="shared")), "wgmma 3xTF32"),
+        (_row(tf32), "mma.sync 3xTF32"),
+        (_row(Config(mma=True), real_view=True), "DMMA, real view"),
+        (_row(Config(mapping="flat")), "FMA flat"),
+        (_row(Config()), "FMA"),
+        (_row(None), "XLA dot"),
+    ]
+    report = {"device": "GPU", "jax": "0.10", "date": "2026-11-24", "k_sweep": [],
+              "ceilings": {"read_bytes_per_s": 4e12, "copy_bytes_per_s": 3.9e12,
+                           "peak_flops": {"float64": 6e13, "float32": 5e13}},
+              "rows": [row for row, _ in rows]}
+    table = bench.markdown(report).splitlines()
+    assert "| kernel |" in table[2]
+    for line, (_, label) in zip(table[4:], rows):
+        assert line.split(" | ")[5] == label
