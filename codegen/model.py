@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from .spec import MMA_DTYPES, Config, InvalidSpec, KernelSpec, Problem, validate
+from .spec import MMA_DTYPES, Config, InvalidSpec, KernelSpec, Problem, has_wgmma, validate
 
 TARGET_THREADS = 256
 MIN_THREADS = 128
@@ -154,8 +154,9 @@ def _ab_mma_config(problem: Problem) -> Config:
     return dataclasses.replace(config, rows_per_stage=rows, stage_out=stage_out)
 
 
-def _wgmma_config(problem: Problem) -> Config:
-    """3xTF32 ab through wgmma: one warpgroup of 64 rows a pass, two blocks per SM, out staged."""
+def wgmma_config(problem: Problem) -> Config:
+    """3xTF32 ab through wgmma: one warpgroup of 64 rows a pass, two blocks per SM, out
+    staged; the tuner's wgmma candidates vary its stage geometry and occupancy."""
     return Config(tile_m=2, tile_n=math.ceil(problem.n / 8), mapping="blocked", row_groups=4, rows_per_stage=64,
                   stages=STAGES, mma=True, tf32x3=True, wgmma=True, c_source="shared", stage_out=True,
                   blocks_per_sm=BLOCKS_PER_SM)
@@ -164,9 +165,9 @@ def _wgmma_config(problem: Problem) -> Config:
 def default_config(problem: Problem, arch: str = "") -> Config:
     """A valid configuration for ``problem`` from the model above, for GPUs of ``arch``
     (empty: any from sm_80, as the prebuilt set is built; "sm_90" may get wgmma)."""
-    if (arch == "sm_90" and problem.op == "ab" and problem.dtype == "float32" and not problem.update
+    if (has_wgmma(arch) and problem.op == "ab" and problem.dtype == "float32" and not problem.update
             and problem.m in WGMMA_WIDTHS and problem.n in WGMMA_WIDTHS):
-        return _wgmma_config(problem)
+        return wgmma_config(problem)
     widest = _widest_tile(problem)
     atb_mma = problem.m * problem.n > ATB_MMA_MIN_OUTPUTS and min(problem.m, problem.n) >= ATB_MMA_MIN_WIDTH
     if problem.dtype in MMA_DTYPES and (problem.m * problem.n > MMA_MIN_OUTPUTS or problem.op == "atb" and atb_mma):

@@ -9,9 +9,9 @@ import itertools
 import math
 
 from . import mtsm
-from .model import _split, default_config
+from .model import _split, default_config, wgmma_config
 from .mtsm import MtsmConfig, MtsmProblem, MtsmSpec
-from .spec import FLAT_MAX_M, MMA_DTYPES, VECTOR_BYTES, Config, InvalidSpec, KernelSpec, Problem, validate
+from .spec import FLAT_MAX_M, MMA_DTYPES, VECTOR_BYTES, Config, InvalidSpec, KernelSpec, Problem, has_wgmma, validate
 
 SM_REGISTERS = 65536
 SM_SHARED_BYTES = 228 * 1024
@@ -98,7 +98,7 @@ def _mma_candidates(problem: Problem, arch: str) -> dict[Config, float]:
             found[config] = 2 * score(spec) * (1.25 if stage_copy == "bulk" else 1) * (1.5 if tf32x3 else 1)
             if stage_copy == "bulk" and not atb:
                 found[dataclasses.replace(config, waves=WAVES)] = found[config]
-    if problem.dtype == "float32" and not atb and not problem.update and arch == "sm_90":
+    if problem.dtype == "float32" and not atb and not problem.update and has_wgmma(arch):
         found.update(_wgmma_candidates(problem))
     return found
 
@@ -108,9 +108,9 @@ def _wgmma_candidates(problem: Problem) -> dict[Config, float]:
     N), whole warpgroups; ranked ahead of mma.sync's tiles, whose tensor cores run
     at two thirds of wgmma's rate and whose warps each hold C in registers."""
     found = {}
-    common = dict(tile_m=2, tile_n=-(-problem.n // 8), mapping="blocked", mma=True, tf32x3=True, wgmma=True,
-                  c_source="shared")
-    row_bytes = KernelSpec(problem, Config(**common)).smem_stride(problem.m) * problem.element_bytes
+    base = wgmma_config(problem)
+    row_bytes = KernelSpec(problem, base).smem_stride(problem.m) * problem.element_bytes
+    out_row_bytes = problem.n * problem.element_bytes
     # Odd N stores a lane's columns one by one: staged output only (on an H200, 33-46 % of
     # the copy roofline without it at 41, 49 and 63, against 74-97 % with it).
     stage_outs = (True,) if problem.n % 2 else (True, False)
@@ -118,9 +118,9 @@ def _wgmma_candidates(problem: Problem) -> dict[Config, float]:
         (4, 8, 12), STAGE_BYTES, (2, 3, 4), (1, 2), stage_outs,
     ):
         per_pass = 16 * row_groups
-        rows = max(per_pass, stage_bytes // (row_bytes + stage_out * problem.n * 4) // per_pass * per_pass)
-        config = Config(**common, row_groups=row_groups, rows_per_stage=rows, stages=stages, stage_out=stage_out,
-                        blocks_per_sm=blocks)
+        rows = max(per_pass, stage_bytes // (row_bytes + stage_out * out_row_bytes) // per_pass * per_pass)
+        config = dataclasses.replace(base, row_groups=row_groups, rows_per_stage=rows, stages=stages,
+                                     stage_out=stage_out, blocks_per_sm=blocks)
         spec = KernelSpec(problem, config)
         if _usable(spec):
             found[config] = 6 * score(spec)

@@ -465,6 +465,12 @@ def bulk_layout(m: int, n: int, element_bytes: int = 8) -> tuple[int, int, int]:
     return best
 
 
+def has_wgmma(arch: str) -> bool:
+    """Whether GPUs of ``arch`` run wgmma kernels: sm_90 alone (they are built for its
+    arch-specific sm_90a target, which no other architecture runs)."""
+    return arch == "sm_90"
+
+
 def wgmma_row_spacing(m: int) -> int:
     """Rows between the 8 rows of a wgmma A fragment (8 rows x 4 columns of floats per
     request) read from rows of m floats staged unpadded: s * m an odd multiple of 4

@@ -17,6 +17,7 @@ import tempfile
 from concurrent.futures import ThreadPoolExecutor
 
 from jax_tsmm.codegen import KernelSpec, MtsmSpec, module_source, mtsm_module_source
+from jax_tsmm.codegen.spec import has_wgmma
 
 
 class KernelBuildError(RuntimeError):
@@ -79,7 +80,7 @@ def target_flags(specs: list[KernelSpec] | list[MtsmSpec], arch: str) -> list[st
     spec uses its instructions (wgmma; nvcc 13.0 takes it only in the -gencode form)."""
     if not any(isinstance(spec, KernelSpec) and spec.arch_specific for spec in specs):
         return [f"-arch={arch}"]
-    if arch != "sm_90":
+    if not has_wgmma(arch):
         raise KernelBuildError(f"jax_tsmm: wgmma kernels run on sm_90 (Hopper) only, not {arch}")
     return ["-gencode=arch=compute_90a,code=sm_90a"]
 
