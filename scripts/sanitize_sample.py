@@ -12,6 +12,7 @@ import numpy as np
 import jax_tsmm
 from jax_tsmm import _cuda, _dispatch
 from jax_tsmm.codegen import Config, KernelSpec, Problem
+from jax_tsmm.codegen.spec import has_wgmma
 
 jax.config.update("jax_enable_x64", True)
 rng = np.random.default_rng()
@@ -77,7 +78,7 @@ BULK_CASES = [
                                        rows_per_stage=64, mma=True, tf32x3=True, wgmma=True, c_source="shared",
                                        stage_out=stage_out, blocks_per_sm=1))
       for m, n, stage_out in ((49, 49, True), (50, 17, False), (40, 3, True))
-      if _cuda.arch() == "sm_90"],
+      if has_wgmma(_cuda.arch())],
 ]
 for op, (m, n), dtype, config in BULK_CASES:
     a = random((2, 1001, m), dtype)

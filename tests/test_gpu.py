@@ -25,7 +25,7 @@ import jax_tsmm.linalg
 from jax_tsmm import _cuda, _dispatch, _kernels
 from jax_tsmm.codegen import Config, KernelSpec, Problem, default_config
 from jax_tsmm.codegen.search import candidates, flat_candidates
-from jax_tsmm.codegen.spec import MAX_SHARED_BYTES
+from jax_tsmm.codegen.spec import MAX_SHARED_BYTES, has_wgmma
 from jax import lax
 from reference import ab_ref, assert_close, magnitude, random_operand, reference, to_wide, unit_roundoff
 
@@ -391,7 +391,7 @@ def test_wgmma_path(m, n, row_groups, rows_per_stage, stage_out, k):
     rows per warpgroup and instruction): within float32's error bound, through many
     rounds of the ring with a ragged last chunk, over batch items off a 16-byte
     boundary, and the same bits on every run."""
-    if _cuda.arch() != "sm_90":
+    if not has_wgmma(_cuda.arch()):
         pytest.skip(f"wgmma runs on sm_90 only, this GPU is {_cuda.arch()}")
     rng = np.random.default_rng()
     config = Config(tile_m=2, tile_n=-(-n // 8), mapping="blocked", row_groups=row_groups,
@@ -411,7 +411,7 @@ def test_tf32x3_keeps_float32_accuracy_on_positive_data(op, wgmma):
     """All-positive operands (no cancellation, so a biased rounding shows): 3xTF32's
     largest error relative to |A|ᵀ|B| stays within 4x that of XLA's float32 dot
     at HIGHEST precision on the same operands (ab through mma.sync and wgmma)."""
-    if wgmma and _cuda.arch() != "sm_90":
+    if wgmma and not has_wgmma(_cuda.arch()):
         pytest.skip(f"wgmma runs on sm_90 only, this GPU is {_cuda.arch()}")
     rng = np.random.default_rng()
     m, n, k = (40, 40, 2**20 + 3) if op == "atb" else (64, 48, 100_003)
