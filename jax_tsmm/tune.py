@@ -148,10 +148,14 @@ def tune_problem(problem: Problem, ceilings: dict, limit: int, arch: str, ranges
     """Entries for the K ranges ``ranges`` (indices into K_RANGES; None: all): the fastest candidate in each
     (``real_view`` where it is the real view's), or XLA where it measured faster.
     Among the candidates, the kernel dispatch picks today for the range (the
-    shipped databases' entry for ``device``, or the model's) and ``refine``
-    rounds of ``codegen.search.neighbours`` (see ``time_candidates``)."""
+    shipped databases' entry for ``device``, or the model's), for a complex
+    problem the kernel dispatch picks for its real view's problem (the same
+    bytes, so its own tuned winner; an H100's complex entry otherwise stands
+    in its way on an H200), and ``refine`` rounds of
+    ``codegen.search.neighbours`` (see ``time_candidates``)."""
     dtype = np.dtype(problem.dtype)
     specs = candidate_specs(problem, limit, arch)
+    real = _dispatch.real_view_problem(problem)
     ours, xla = bench.operations(problem.op)
 
     def neighbours_of(spec: KernelSpec) -> list[KernelSpec]:
@@ -170,7 +174,10 @@ def tune_problem(problem: Problem, ceilings: dict, limit: int, arch: str, ranges
         xla_s = bench.seconds_per_call(xla, sets, roof)
         incumbent = _dispatch.select(problem.op, problem.dtype, problem.m, problem.n, k, 0, problem.conj, arch,
                                      device, update=problem.update)
-        timings = time_candidates(specs, incumbent, ours, sets, roof, arch, refine, neighbours_of, note)
+        real_own = None if real is None else _dispatch.select(real.op, real.dtype, real.m, real.n, k, 0, False,
+                                                              arch, device, update=real.update)
+        extra = [real_own] if real_own is not None and real_own not in specs + [incumbent] else []
+        timings = time_candidates(specs + extra, incumbent, ours, sets, roof, arch, refine, neighbours_of, note)
         entry = _entry(range_min if k_sample else largest_range_min(k), k, timings, xla_s, roof)
         best = min(timings, key=lambda t: t[0])[1]
         if entry["config"] is not None and _dispatch.is_real_view(best, problem.dtype):

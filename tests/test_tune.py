@@ -37,8 +37,10 @@ def test_tune_problem_covers_every_k_range(monkeypatch):
 
 @pytest.mark.nvcc
 def test_complex_problems_are_tuned_with_their_real_views(monkeypatch):
-    """The candidates of a complex problem include its real view's; an entry it wins
-    says so and carries the real problem's configuration."""
+    """The candidates of a complex problem include its real view's, and the kernel
+    dispatch runs for the real problem itself (here one the search does not
+    offer); an entry the real view wins says so and carries the real problem's
+    configuration."""
     problem = Problem("atb", "complex64", 5, 3)
     real = Problem("atb", "float32", 10, 6)
     specs = tune.candidate_specs(problem, 2, "sm_90")
@@ -47,6 +49,13 @@ def test_complex_problems_are_tuned_with_their_real_views(monkeypatch):
     monkeypatch.setattr(tune, "K_RANGES", ((0, 300),))
     (entry,) = tune.tune_problem(problem, CEILINGS, limit=2, arch="sm_90")
     assert entry["candidates"] == 4
+    own = KernelSpec(real, dataclasses.replace(default_config(real), unroll=3, stages=4))
+    assert own not in specs
+    select = _dispatch.select
+    monkeypatch.setattr(_dispatch, "select", lambda op, dtype, *args, **kwargs:
+                        own if dtype == "float32" else select(op, dtype, *args, **kwargs))
+    (entry,) = tune.tune_problem(problem, CEILINGS, limit=2, arch="sm_90")
+    assert entry["candidates"] == 5
     if entry["config"] is not None:
         validate(KernelSpec(real if entry.get("real_view") else problem, Config(**entry["config"])))
 
