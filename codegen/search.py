@@ -17,6 +17,12 @@ SM_REGISTERS = 65536
 SM_SHARED_BYTES = 228 * 1024
 SM_THREADS = 2048
 STAGE_BYTES = (8 * 1024, 16 * 1024, 32 * 1024)
+# atb with bulk copies: one block per SM, two stages this large (about 256 rows of
+# 2 x 44 floats). On an H200 (2026-11-24) such kernels ran float32 atb at 34..56
+# 5-22 points above the search's best-scored ones (performance.md, fourteenth
+# round), so they are ranked ahead of them.
+ONE_BLOCK_STAGE_BYTES = 96 * 1024
+ONE_BLOCK_BONUS = 1.3
 WAVES = 8
 FLAT_THREADS = (256, 128, 512)  # the first is the flat mapping's own starting point
 FLAT_PASSES = (4, 1, 16)
@@ -77,12 +83,16 @@ def _mma_candidates(problem: Problem, arch: str) -> dict[Config, float]:
     probe = KernelSpec(problem, Config(tile_m=1, tile_n=1, mma=True, rows_per_stage=8, row_groups=1, c_source="global"))
     row_bytes = (probe.smem_stride(problem.m) + (probe.smem_stride(problem.n) if atb else 0)) * problem.element_bytes
     out_row_bytes = problem.n * problem.element_bytes
+    stage_sizes = STAGE_BYTES + ((ONE_BLOCK_STAGE_BYTES,) if atb and bulk else ())
     for tile_m, tile_n, row_groups, stage_bytes, stages, blocks, stage_out, stage_copy, tf32x3 in itertools.product(
-        range(1, 9), range(1, 9), (1, 2, 3, 4, 8), STAGE_BYTES, (2, 3, 4, 6), (1, 2, 3), _stage_outs(problem),
+        range(1, 9), range(1, 9), (1, 2, 3, 4, 8), stage_sizes, (2, 3, 4, 6), (1, 2, 3), _stage_outs(problem),
         ("vector", "bulk") if bulk else ("vector",), tf32_options,
     ):
         if tile_m * tile_n > 16 or stages == 6 and not (stage_copy == "bulk" and blocks == 1):
             continue  # a deep ring serves one block of bulk copies only (nothing else keeps it full)
+        one_block = stage_bytes == ONE_BLOCK_STAGE_BYTES
+        if one_block and not (stage_copy == "bulk" and blocks == 1 and stages == 2):
+            continue
         per_pass = KernelSpec(problem, Config(row_groups=row_groups, mma=True, tf32x3=tf32x3,
                                               stage_copy=stage_copy)).rows_per_pass if atb else 8 * tile_m * row_groups
         rows = max(per_pass, stage_bytes // (row_bytes + stage_out * out_row_bytes) // per_pass * per_pass)
@@ -95,7 +105,8 @@ def _mma_candidates(problem: Problem, arch: str) -> dict[Config, float]:
             # Bulk copies first: on an H200 they beat vector copies of the same tile at
             # float64 atb 33..64 (2026-11-23: 83-92 % against 66-76 % of the read roofline)
             # and at most widths of ab from 18 (85-92 % against 74-89 % of the copy roofline).
-            found[config] = 2 * score(spec) * (1.25 if stage_copy == "bulk" else 1) * (1.5 if tf32x3 else 1)
+            found[config] = (2 * score(spec) * (1.25 if stage_copy == "bulk" else 1) * (1.5 if tf32x3 else 1)
+                             * (ONE_BLOCK_BONUS if one_block else 1))
             if stage_copy == "bulk" and not atb:
                 found[dataclasses.replace(config, waves=WAVES)] = found[config]
     if problem.dtype == "float32" and not atb and not problem.update and has_wgmma(arch):
