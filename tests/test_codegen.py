@@ -13,7 +13,7 @@ import pytest
 from jax_tsmm import _kernels
 from jax_tsmm.codegen import Config, InvalidSpec, KernelSpec, Problem, default_config, module_source, validate
 from jax_tsmm.codegen.prebuilt import prebuilt_specs
-from jax_tsmm.codegen.search import candidates, flat_candidates, neighbours, occupancy_ok
+from jax_tsmm.codegen.search import ONE_BLOCK_STAGE_BYTES, candidates, flat_candidates, neighbours, occupancy_ok
 
 DTYPES = ("float32", "float64", "complex64", "complex128")
 
@@ -257,6 +257,25 @@ def test_wgmma_fragments_take_one_bank_per_lane_and_stay_in_their_slot(m):
     largest_shift = spec.problem.vector_elements - 1
     last_read = largest_shift + (spec.config.rows_per_stage - 1) * stride + 4 * -(-m // 4) - 1
     assert last_read < spec.stage_elements()[0]
+
+
+def test_atb_search_offers_one_block_of_large_stages_with_bulk_copies():
+    """atb with bulk copies: one block per SM with two stages of up to
+    ONE_BLOCK_STAGE_BYTES among the first candidates (even widths of float32 atb,
+    where an H200 measured them 5-22 points ahead); never without bulk copies."""
+    def large(problem: Problem, config: Config) -> bool:
+        return KernelSpec(problem, config).stage_bytes > 48 * 1024
+
+    for width in (34, 44, 56):
+        problem = Problem("atb", "float32", width, width)
+        offered = [c for c in candidates(problem, 5, "sm_90") if large(problem, c)]
+        assert offered, width
+        for config in offered:
+            spec = KernelSpec(problem, config)
+            validate(spec)
+            assert (config.stage_copy, config.blocks_per_sm, config.stages) == ("bulk", 1, 2)
+            assert spec.stage_bytes <= ONE_BLOCK_STAGE_BYTES and occupancy_ok(spec)
+        assert not any(large(problem, c) for c in candidates(problem, 64, "sm_80"))
 
 
 def test_wgmma_candidates_for_float32_ab_on_sm90_only():
