@@ -17,10 +17,10 @@ SM_REGISTERS = 65536
 SM_SHARED_BYTES = 228 * 1024
 SM_THREADS = 2048
 STAGE_BYTES = (8 * 1024, 16 * 1024, 32 * 1024)
-# atb with bulk copies: one block per SM, two stages this large (about 256 rows of
-# 2 x 44 floats). On an H200 (2026-11-24) such kernels ran float32 atb at 34..56
+# atb with bulk copies: one block per SM with two stages this large (about 256 rows
+# of 2 x 44 floats). On an H200 (2026-11-24) such kernels ran float32 atb at 34..56
 # 5-22 points above the search's best-scored ones (performance.md, fourteenth
-# round), so they are ranked ahead of them.
+# round), so ONE_BLOCK_BONUS ranks them ahead.
 ONE_BLOCK_STAGE_BYTES = 96 * 1024
 ONE_BLOCK_BONUS = 1.3
 WAVES = 8
@@ -74,8 +74,9 @@ def _mma_candidates(problem: Problem, arch: str) -> dict[Config, float]:
     counted as twice the reuse: DMMA (float64, float32) and, for float32, 3xTF32
     ahead of DMMA (which spends as much pipe time widening floats as on its
     products); also with bulk stage copies where the GPU has them
-    (validate keeps the layouts that allow them), and ab's bulk ones also in WAVES
-    waves of blocks (a launch parameter the measurement decides)."""
+    (validate keeps the layouts that allow them), atb's bulk ones also as one block
+    per SM with two stages of ONE_BLOCK_STAGE_BYTES, and ab's bulk ones also in
+    WAVES waves of blocks (a launch parameter the measurement decides)."""
     found = {}
     atb = problem.op == "atb"
     bulk = _has_bulk_copies(arch)
