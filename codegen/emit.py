@@ -430,6 +430,23 @@ def tf32_products(tm: int, tn: int, acc, a, b, terms=("lo_hi", "hi_lo", "hi_hi")
     return lines
 
 
+def tf32_partial_sums(tm: int, tn: int) -> list[str]:
+    """3xTF32's partial sums of a tm x tn tile of 8x8 blocks, beside its totals
+    ``acc_i_j_h``: ``part_i_j_h`` (the tensor cores' float32 sums, which they
+    truncate, so callers keep them short), a zero partner for a lone last block of
+    M, and ``flush()``, which adds the parts to the totals (rounding to nearest)
+    and starts them again from zero."""
+    blocks = [(i, j, h) for i in range(tm) for j in range(tn) for h in range(2)]
+    return [
+        f"float {', '.join(f'part_{i}_{j}_{h} = 0' for i, j, h in blocks)};",
+        *(["float spare_0 = 0, spare_1 = 0;  // a lone last block's zero partner"] if tm % 2 else []),
+        "auto flush = [&]() {",
+        *[f"  acc_{i}_{j}_{h} += part_{i}_{j}_{h};" for i, j, h in blocks],
+        f"  {' = '.join(f'part_{i}_{j}_{h}' for i, j, h in blocks)} = 0;",
+        "};",
+    ]
+
+
 def _indent(lines: list[str], depth: int) -> str:
     pad = "  " * depth
     return "\n".join(pad + line if line else "" for line in lines)
@@ -781,17 +798,11 @@ def _atb_mma_body(spec: KernelSpec, ar: _Arith) -> tuple[list[str], list[tuple[s
     # 3xTF32: the tensor cores truncate their float32 sums, so they sum 8 k-steps at
     # most (flush_every row steps) from zero before the totals, which round to nearest.
     flush_every = max(1, 8 // s) if tf32 else 0
-    blocks = [(i, j, h) for i in range(tm) for j in range(tn) for h in range(2)]
     sums = [
         "// The tensor cores truncate their float32 sums: `part` sums at most 8 k-steps",
         f"// ({flush_every} row step{'s' if flush_every > 1 else ''}) from zero, then `flush` adds it to the totals,"
         " which round to nearest.",
-        f"float {', '.join(f'part_{i}_{j}_{h} = 0' for i, j, h in blocks)};",
-        *(["float spare_0 = 0, spare_1 = 0;  // a lone last block's zero partner"] if tm % 2 else []),
-        "auto flush = [&]() {",
-        *[f"  acc_{i}_{j}_{h} += part_{i}_{j}_{h};" for i, j, h in blocks],
-        f"  {' = '.join(f'part_{i}_{j}_{h}' for i, j, h in blocks)} = 0;",
-        "};",
+        *tf32_partial_sums(tm, tn),
     ] if tf32 else []
     if tf32:
         step_comment = (f"// {step_rows} rows: {s} m16n8k8 k-step(s) per two 8x8 blocks, each taking a DMMA"

@@ -22,6 +22,8 @@ in a fixed order.
 products on the FP64 tensor cores (mma.sync m8n8k4), for the widths that would
 bind the FMA units; float32 is widened to double (exactly) on the way from
 shared memory to the fragments, and the sums are rounded once at the end.
+``tf32x3`` (float32 with ``mma``): the TF32 tensor cores instead (mma.sync
+m16n8k8, 3xTF32 as in atb and ab), on the same staged layouts.
 
 All: when rows/strips alone give too few blocks for the GPU, K is split over
 ``gridDim.y`` (decided by the lowering); each split writes its partial result
@@ -39,7 +41,7 @@ import pathlib
 from dataclasses import dataclass
 
 from .abi import PRELUDE
-from .emit import _STAGE_COPY, _Arith, dmma_products
+from .emit import _STAGE_COPY, _Arith, dmma_products, tf32_partial_sums, tf32_products
 from .spec import (DTYPES, MAX_REGISTERS, MAX_SHARED_BYTES, MAX_THREADS, MMA_DTYPES, VECTOR_BYTES, ElementType,
                    InvalidSpec, dmma_float_stride, dmma_stride)
 
@@ -103,6 +105,14 @@ class MtsmConfig:
                      (tile_n = N, in 8-column blocks); row_warps warps side by side
                      along the rows (k_groups = 1), each taking k_steps 4-entry
                      steps of K per chunk, in both layouts.
+    tf32x3           float32 with mma: the TF32 tensor cores (mma.sync m16n8k8) instead
+                     of DMMA, each float split into a TF32 part and a remainder
+                     (3xTF32, as Config.tf32x3 for atb and ab). An m16n8k8 step is
+                     two DMMA k-steps side by side and two 8-row blocks stacked
+                     along M (k_steps and rows_per_thread even), so the staged
+                     layouts stay DMMA's;
+                     it spares the widening conversions, which cost DMMA float32
+                     as much pipe time as its products.
     """
 
     tile_n: int
@@ -115,6 +125,7 @@ class MtsmConfig:
     stages: int = 3
     blocks_per_sm: int = 2
     mma: bool = False
+    tf32x3: bool = False
 
 
 @dataclass(frozen=True)
@@ -210,6 +221,8 @@ class MtsmSpec:
 
     def estimated_registers(self) -> int:
         p, c = self.problem, self.config
+        if c.tf32x3:  # two floats of D per 8x8 block, summed and total; hi and lo of two k halves per fragment
+            return 4 * c.rows_per_thread * self.n_blocks + 4 * (c.rows_per_thread + self.n_blocks) + 40
         if c.mma:  # two doubles of D per 8x8 block, one double per A and B fragment
             return (2 * c.rows_per_thread * self.n_blocks + c.rows_per_thread + self.n_blocks) * 2 + 40
         accumulators = c.rows_per_thread * c.tile_n * p.words
@@ -262,6 +275,11 @@ def validate(spec: MtsmSpec) -> None:
             errors.append(f"mma (DMMA) serves {' and '.join(MMA_DTYPES)} only, with tile_n = N and k_groups = 1")
         if c.rows_per_thread < 1 or c.row_warps < 1 or c.k_groups < 1 or c.k_steps < 1:
             errors.append("rows_per_thread, row_warps, k_groups and k_steps must be >= 1")
+        if c.tf32x3 and (p.dtype != "float32" or c.k_steps % 2 or c.rows_per_thread % 2):
+            errors.append("tf32x3 serves float32 only, with even k_steps and rows_per_thread (an m16n8k8 step "
+                          "takes two of each)")
+    elif c.tf32x3:
+        errors.append("tf32x3 runs on the tensor cores: it needs mma")
     elif p.transpose_a:
         if c.rows_per_thread < 1 or p.vector_elements % c.rows_per_thread:
             errors.append(f"rows_per_thread {c.rows_per_thread} must divide {p.vector_elements} "
@@ -725,8 +743,11 @@ def _emit_mma(spec: MtsmSpec, ar: _Arith) -> list[str]:
     blocks of out accumulate 8x4 fragments of op(A) times 4x8 fragments of X per 4
     entries of K. Twice float64's FMA rate, for the widths that would bind the FMA
     units; float32 stays float in shared memory (the bytes DRAM delivers) and is
-    widened exactly as each fragment is read."""
+    widened exactly as each fragment is read. With tf32x3, float32 on the TF32
+    tensor cores instead: the same fragments, two k-steps and two 8-row blocks per
+    m16n8k8."""
     p, c = spec.problem, spec.config
+    tf32 = c.tf32x3
     e = ar.elem
     vec, n, t = p.vector_elements, p.n, spec.threads
     tm, nb, br, kc = c.rows_per_thread, spec.n_blocks, spec.block_rows, spec.chunk
@@ -739,12 +760,18 @@ def _emit_mma(spec: MtsmSpec, ar: _Arith) -> list[str]:
         f"const long long row_base = static_cast<long long>(blockIdx.x) * {br};",
         "const int lane = tid % 32;",
         "const int warp_m = tid / 32;",
-        "// PTX m8n8k4 f64 fragments: A (8x4, row) holds [lane/4][lane%4], B (4x8, col)",
-        "// [lane%4][lane/4], D (8x8) [lane/4][2*(lane%4) + h].",
+        *(["// PTX m16n8k8 tf32 fragments: A (16x8, row) holds [lane/4 (+8)][lane%4 (+4)], B (8x8,",
+           "// col) [lane%4 (+4)][lane/4], D (16x8) [lane/4 (+8)][2*(lane%4) + h]: per 8x8 block, a",
+           "// DMMA k-step's fragments in each k half."] if tf32 else
+          ["// PTX m8n8k4 f64 fragments: A (8x4, row) holds [lane/4][lane%4], B (4x8, col)",
+           "// [lane%4][lane/4], D (8x8) [lane/4][2*(lane%4) + h]."]),
         "const int frag_k = lane % 4;",
         *[f"const int row{i} = (warp_m * {tm} + {i}) * 8 + lane / 4;  // of the block's rows" for i in range(tm)],
         "",
-        *[f"double acc_{i}_{j}_{h} = 0;" for i in range(tm) for j in range(nb) for h in range(2)],
+        *[f"{'float' if tf32 else 'double'} acc_{i}_{j}_{h} = 0;" for i in range(tm) for j in range(nb) for h in range(2)],
+        *(["// The tensor cores truncate their float32 sums: `part` sums at most 8 m16n8k8 steps",
+           "// from zero, then `flush` adds it to the totals, which round to nearest.",
+           *tf32_partial_sums(tm, nb)] if tf32 else []),
         "",
     ]
     if p.transpose_a:
@@ -767,7 +794,7 @@ def _emit_mma(spec: MtsmSpec, ar: _Arith) -> list[str]:
             "}",
             f"for (int e = rows * {br} + tid; e < {kc * br}; e += {t}) sa[e / {br} * {sa_stride} + e % {br}] = 0;",
         ]
-        a_fragment = lambda i: f"sa[kk * {sa_stride} + row{i}]"
+        a_fragment = lambda i, kk: f"sa[{kk} * {sa_stride} + row{i}]"
     else:
         vectors_per_row = kc // vec
         a_copy = [
@@ -788,17 +815,35 @@ def _emit_mma(spec: MtsmSpec, ar: _Arith) -> list[str]:
             "  }",
             "}",
         ]
-        a_fragment = lambda i: f"sa[row{i} * {sa_stride} + kk]"
+        a_fragment = lambda i, kk: f"sa[row{i} * {sa_stride} + {kk}]"
+    if tf32:
+        steps = c.k_steps // 2
+        step = [
+            "  const int kk0 = s * 8 + frag_k, kk1 = kk0 + 4;  // this lane's entries of K in each k half",
+            *[f"  const tsmm_tf32_pair a{i}_{h} = tsmm_split_tf32({a_fragment(i, f'kk{h}')});"
+              for h in (0, 1) for i in range(tm)],
+            *[f"  const tsmm_tf32_pair b{j}_{h} = tsmm_split_tf32(sx[kk{h} * {xs} + {j * 8} + lane / 4]);"
+              for h in (0, 1) for j in range(nb)],
+            *["  " + line for line in tf32_products(tm, nb, lambda i, j: f"part_{i}_{j}", lambda i, h: f"a{i}_{h}",
+                                                    lambda j, h: f"b{j}_{h}")],
+            f"  if (s % 8 == 7 || s == {steps - 1}) flush();",
+        ]
+    else:
+        steps = c.k_steps
+        step = [
+            "  const int kk = s * 4 + frag_k;  // this lane's entry of K",
+            *[f"  const double a{i} = {a_fragment(i, 'kk')};" for i in range(tm)],
+            *[f"  const double b{j} = sx[kk * {xs} + {j * 8} + lane / 4];" for j in range(nb)],
+            *["  " + line for line in dmma_products(tm, nb, lambda i, j: f"acc_{i}_{j}", lambda i: f"a{i}",
+                                                    lambda j: f"b{j}")],
+        ]
     consume = [
         "(void)rows;  // whole chunks: the tail is zero-padded",
         f"const {e}* sa = slot_a(slot);",
         f"const {e}* sx = slot_x(slot);",
         "#pragma unroll",
-        f"for (int s = 0; s < {c.k_steps}; ++s) {{",
-        "  const int kk = s * 4 + frag_k;  // this lane's entry of K",
-        *[f"  const double a{i} = {a_fragment(i)};" for i in range(tm)],
-        *[f"  const double b{j} = sx[kk * {xs} + {j * 8} + lane / 4];" for j in range(nb)],
-        *["  " + line for line in dmma_products(tm, nb, lambda i, j: f"acc_{i}_{j}", lambda i: f"a{i}", lambda j: f"b{j}")],
+        f"for (int s = 0; s < {steps}; ++s) {{",
+        *step,
         "}",
     ]
     body += _pipeline(spec, a_copy + _x_copy(spec, ar, zero_tail=True), consume)
@@ -808,7 +853,7 @@ def _emit_mma(spec: MtsmSpec, ar: _Arith) -> list[str]:
 
     def store(acc: str, row: str, col: str) -> str:
         guards = [f"row_base + {row} < args.m"] + ([f"{col} < {n}"] if 8 * nb > n else [])
-        value = acc if e == "double" else f"static_cast<{e}>({acc})"  # float32: rounded once, here
+        value = acc if e == "double" or tf32 else f"static_cast<{e}>({acc})"  # float32 on DMMA: rounded once, here
         return f"if ({' && '.join(guards)}) dst[(row_base + {row}) * {n} + {col}] = {value};"
 
     stores = [store(*position) for position in positions]

@@ -271,6 +271,9 @@ def neighbours(problem: Problem, config: Config) -> list[Config]:
 MTSM_STAGE_BYTES = (16 * 1024, 32 * 1024, 64 * 1024)
 MTSM_ROW_SEGMENT_BYTES = (128, 256, 512, 1024)  # A X: bytes of each row of A per chunk
 MTSM_IN_FLIGHT_BYTES = 64 * 1024  # per SM, to cover DRAM latency at an H200's bandwidth
+# 3xTF32 ahead of float32's DMMA, whose widening conversions cost as much pipe time
+# as its products (atb's and ab's _mma_candidates rank it the same way).
+MTSM_TF32_BONUS = 1.5
 
 
 def mtsm_score(spec: MtsmSpec) -> float:
@@ -282,7 +285,7 @@ def mtsm_score(spec: MtsmSpec) -> float:
     if c.mma:
         reuse = 2 * c.rows_per_thread * spec.n_blocks / (c.rows_per_thread + spec.n_blocks)
         useful = p.n / (8 * spec.n_blocks)
-        compute = min(1.0, 2 / mtsm.fma_utilization(p))
+        compute = min(1.0, 2 / mtsm.fma_utilization(p)) * (MTSM_TF32_BONUS if c.tf32x3 else 1)
     else:
         if p.transpose_a:  # one A vector and the tile's X slice per row
             reuse = c.rows_per_thread * c.tile_n / (c.rows_per_thread + c.tile_n)
@@ -306,7 +309,8 @@ def mtsm_score(spec: MtsmSpec) -> float:
 def _mtsm_grid(problem: MtsmProblem):
     """Every configuration of the search space, before validation: register tiles,
     thread shapes, stage sizes (in bytes; each layout turns them into its chunk),
-    ring depths and blocks per SM; DMMA's for float64 and float32."""
+    ring depths and blocks per SM; DMMA's for float64 and float32, and 3xTF32's
+    for float32 (pairs of 8-row blocks and of k-steps)."""
     p = problem
     vec = p.vector_elements
     depths = list(itertools.product((2, 3, 4), (1, 2, 3, 4)))
@@ -329,11 +333,18 @@ def _mtsm_grid(problem: MtsmProblem):
                                  k_groups=k_groups, k_steps=k_steps, stages=stages, blocks_per_sm=blocks)
     if p.dtype not in MMA_DTYPES:
         return
-    for blocks_of_rows, row_warps, stage_bytes in itertools.product((1, 2, 4), (2, 4, 8), MTSM_STAGE_BYTES):
-        probe = MtsmSpec(p, MtsmConfig(tile_n=p.n, rows_per_thread=blocks_of_rows, row_warps=row_warps, mma=True))
+    tf32_options = (False, True) if p.dtype == "float32" else (False,)
+    for blocks_of_rows, row_warps, stage_bytes, tf32x3 in itertools.product(
+            (1, 2, 4), (2, 4, 8), MTSM_STAGE_BYTES, tf32_options):
+        if tf32x3 and blocks_of_rows % 2:
+            continue
+        probe = MtsmSpec(p, MtsmConfig(tile_n=p.n, rows_per_thread=blocks_of_rows, row_warps=row_warps, mma=True,
+                                       tf32x3=tf32x3))
         k_steps = max(1, stage_bytes // (4 * (probe.block_rows + probe.x_stride) * p.element_bytes))
         if not p.transpose_a:  # whole 128-byte lines of each row of A per chunk
             k_steps = max(4, k_steps // 4 * 4)
+        elif tf32x3:  # two k-steps per m16n8k8
+            k_steps = max(2, k_steps // 2 * 2)
         for stages, blocks in depths:
             yield dataclasses.replace(probe.config, k_steps=k_steps, stages=stages, blocks_per_sm=blocks)
 
@@ -361,8 +372,8 @@ def mtsm_candidates(problem: MtsmProblem, limit: int = 12) -> list[MtsmConfig]:
 
     def shape(config: MtsmConfig) -> tuple:
         segment = 0 if problem.transpose_a else MtsmSpec(problem, config).chunk  # A X: a row's share of a chunk
-        return (config.mma, config.tile_n, config.rows_per_thread, config.lanes, config.row_warps, config.k_groups,
-                segment)
+        return (config.mma, config.tf32x3, config.tile_n, config.rows_per_thread, config.lanes, config.row_warps,
+                config.k_groups, segment)
 
     default = mtsm.default_config(problem)
     firsts, seconds, seen = [default], [], {shape(default)}
@@ -390,7 +401,8 @@ def mtsm_neighbours(problem: MtsmProblem, config: MtsmConfig) -> list[MtsmConfig
         steps += [dict(chunk_rows=r) for r in (c.chunk_rows // 2, c.chunk_rows * 2) if r >= 1]
         steps += [dict(lanes=l) for l in (c.lanes // 2, c.lanes * 2) if l >= 32]
     else:
-        step = 4 if c.mma and not problem.transpose_a else 1  # DMMA A X: whole 128-byte lines
+        # DMMA A X: whole 128-byte lines; 3xTF32: two k-steps per m16n8k8
+        step = 4 if c.mma and not problem.transpose_a else 2 if c.tf32x3 else 1
         steps += [dict(k_steps=s) for s in (c.k_steps // 2, c.k_steps * 2) if s >= step and s % step == 0]
         steps += [dict(row_warps=w) for w in (c.row_warps // 2, c.row_warps * 2) if w >= 1]
         if not c.mma:

@@ -48,14 +48,15 @@ for item in "$@"; do
       step $name python3 scripts/compare_configs.py $args --json "$OUT/$name.json" ;;
     durations)  # SHAPES as op:dtype:M:N:K; our kernels only (XLA's autotuner would run under ncu too)
       step durations bash -c "for s in $args; do
-        echo \"== \$s\"; ncu --clock-control none --kernel-name regex:tsmm_ --metrics gpu__time_duration.sum \
+        echo \"== \$s\"; XLA_PYTHON_CLIENT_PREALLOCATE=false ncu --clock-control none --kernel-name regex:tsmm_ --metrics gpu__time_duration.sum \
           python3 scripts/profile_kernels.py --repeat 3 \$s 2>&1 | grep -E 'tsmm_|duration'
       done" ;;
-    profile|profile_xla)  # Nsight Compute, one process per op:dtype:M:N (model kernels, or XLA's dot)
+    profile|profile_xla)  # Nsight Compute, one process per op:dtype:M:N (dispatch's kernels, or XLA's dot);
+      # JAX does not preallocate there: ncu's replay saves and restores the device memory a kernel writes
       filter=regex:tsmm_; flags=""
       [ $name = profile_xla ] && { filter="regex:gemm|gemv|dot|cutlass|xmma"; flags=--xla; }
       for shape in $args; do
-        step "${name}_${shape//:/_}" timeout 120 ncu --clock-control none --kernel-name "$filter" \
+        step "${name}_${shape//:/_}" env XLA_PYTHON_CLIENT_PREALLOCATE=false timeout 120 ncu --clock-control none --kernel-name "$filter" \
           --section SpeedOfLight --section MemoryWorkloadAnalysis --section ComputeWorkloadAnalysis \
           --section Occupancy --section LaunchStats --section WarpStateStats --section SchedulerStats \
           --section InstructionStats --print-details all \

@@ -6,8 +6,8 @@
 
 Each shape (op:dtype:M:N, or op:dtype:M:N:K) runs once (``--repeat`` times) on
 fresh random operands whose narrower tall matrix holds 256 MiB (K rows where
-given), through the generator's model kernels (``--xla``: through
-XLA's dot instead). Compilation launches none of our kernels, so with a kernel
+given), through the kernels dispatch picks (``--model``: the generator's
+model kernels, as if no database were shipped; ``--xla``: XLA's dot). Compilation launches none of our kernels, so with a kernel
 filter each profiled launch is one call.
 """
 
@@ -18,7 +18,7 @@ import argparse
 import jax
 import numpy as np
 
-from jax_tsmm import _dispatch, bench
+from jax_tsmm import bench
 
 jax.config.update("jax_enable_x64", True)
 
@@ -28,6 +28,7 @@ def main() -> None:
     parser.add_argument("shapes", nargs="+", help="op:dtype:M:N[:K], op in atb, ab")
     parser.add_argument("--repeat", type=int, default=1, help="calls of each shape")
     parser.add_argument("--xla", action="store_true", help="profile XLA's dot instead of jax_tsmm")
+    parser.add_argument("--model", action="store_true", help="the model's kernels, ignoring the tuning database")
     args = parser.parse_args()
     for shape in args.shapes:
         op, dtype, *dims = shape.split(":")
@@ -35,7 +36,7 @@ def main() -> None:
         k = int(dims[2]) if len(dims) > 2 else (256 << 20) // (min(m, n) * np.dtype(dtype).itemsize)
         (a, b), _ = bench.operand_sets(op, dtype, m, n, k, seed=m * 1000 + n)
         ours, xla = bench.operations(op)
-        with _dispatch.model_only():
+        with bench.dispatch_context(args.model):
             call = jax.jit(xla if args.xla else ours).lower(a, b).compile()
             kernel = None if args.xla else bench.timed_kernel(op, dtype, m, n, k)
         print(shape, "K =", k, "kernel:", kernel, flush=True)

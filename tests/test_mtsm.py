@@ -457,6 +457,9 @@ def test_default_configs_are_valid_and_emit():
         (dict(tile_n=9, rows_per_thread=4, lanes=64, chunk_rows=8), "tile_n"),
         (dict(tile_n=4, rows_per_thread=4, lanes=1024, chunk_rows=8, ), "threads per block"),
         (dict(tile_n=4, rows_per_thread=4, lanes=64, chunk_rows=4096), "shared memory"),
+        (dict(tile_n=4, rows_per_thread=4, lanes=64, chunk_rows=8, tf32x3=True), "needs mma"),
+        (dict(tile_n=8, rows_per_thread=2, row_warps=4, k_steps=3, mma=True, tf32x3=True), "even k_steps"),
+        (dict(tile_n=8, rows_per_thread=1, row_warps=4, k_steps=2, mma=True, tf32x3=True), "rows_per_thread"),
     ],
 )
 def test_invalid_configs_are_rejected(config, why):
@@ -470,14 +473,17 @@ def test_invalid_configs_are_rejected(config, why):
                                                  (True, "float32", 64), (False, "float64", 64), (False, "float32", 16)])
 def test_search_offers_valid_distinct_candidates(transpose_a, dtype, n):
     """The tuner's candidates: the model's default first, then valid configurations
-    of other shapes (DMMA among them from N = 16), within the limit; their
-    neighbours are valid and one step away."""
+    of other shapes (the tensor cores' among them from N = 16: 3xTF32 for float32,
+    DMMA for float64), within the limit; their neighbours are valid and one step away."""
     problem = mtsm_codegen.MtsmProblem(transpose_a, dtype, n)
     found = search.mtsm_candidates(problem, 10)
     assert found[0] == mtsm_codegen.default_config(problem)
     assert len(found) == len(set(found)) == 10
     assert len({(c.mma, c.tile_n, c.rows_per_thread, c.lanes, c.row_warps, c.k_groups) for c in found}) > 3
-    assert any(c.mma for c in found) == (n >= 16)  # DMMA where it fills two 8-column blocks
+    if n >= 16:  # where it fills two 8-column blocks
+        assert any(c.tf32x3 if dtype == "float32" else c.mma for c in found)
+    elif dtype == "float64":
+        assert not any(c.mma for c in found)
     assert len(search.mtsm_candidates(problem, 1)) == 1
     for config in found:
         mtsm_codegen.validate(mtsm_codegen.MtsmSpec(problem, config))
@@ -536,6 +542,24 @@ def test_kernels_compile_without_spills(tmp_path, transpose_a, dtype, n, conj):
     assert " 0 bytes spill stores" in result.stderr and "bytes spill stores" in result.stderr
     assert all(line.strip().startswith("0 bytes stack frame") for line in result.stderr.splitlines()
                if "stack frame" in line), result.stderr
+
+
+@pytest.mark.nvcc
+@pytest.mark.parametrize("transpose_a, n", [(False, 64), (True, 24)])
+def test_tf32_candidates_compile_without_spills(tmp_path, transpose_a, n):
+    """The 3xTF32 kernels the tuner would time for float32 (the GPU tests run them)."""
+    problem = mtsm_codegen.MtsmProblem(transpose_a, "float32", n)
+    specs = [mtsm_codegen.MtsmSpec(problem, c) for c in search.mtsm_candidates(problem, 12) if c.tf32x3]
+    assert specs
+    source = tmp_path / "mtsm.cu"
+    source.write_text(mtsm_codegen.module_source(specs))
+    result = subprocess.run(
+        [_kernels.nvcc(), "-cubin", "-arch=sm_90", "-O3", "-Xptxas", "-v", "-o", str(tmp_path / "mtsm.cubin"), str(source)],
+        capture_output=True, text=True,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32" in source.read_text()
+    assert result.stderr.count(" 0 bytes spill stores") == result.stderr.count("bytes spill stores") == 2 * len(specs)
 
 
 def cuda_hlo(fn, *args) -> str:

@@ -235,6 +235,21 @@ def test_search_candidates(transpose_a, dtype, n):
         _run_forced(spec, rng)
 
 
+@pytest.mark.parametrize("transpose_a", (False, True))
+@pytest.mark.parametrize("n", (8, 13, 40, 64))
+def test_tf32x3_kernels(transpose_a, n):
+    """float32 on the TF32 tensor cores (3xTF32): the search's best such kernels, on
+    ragged sizes with and without split K, within float32's error bound."""
+    problem = mtsm_codegen.MtsmProblem(transpose_a, "float32", n)
+    configs = [c for c in search.mtsm_candidates(problem, 64) if c.tf32x3][:2]
+    assert configs
+    specs = [mtsm_codegen.MtsmSpec(problem, c) for c in configs]
+    _kernels.precompile(specs, _cuda.arch())
+    rng = np.random.default_rng()
+    for spec in specs:
+        _run_forced(spec, rng)
+
+
 def test_tuned_kernels():
     """Every mtsm kernel the shipped tuning databases of this architecture (its own
     and its GPU models') choose."""
