@@ -336,7 +336,7 @@ def _mtsm_grid(problem: MtsmProblem):
     tf32_options = (False, True) if p.dtype == "float32" else (False,)
     line_steps = 128 // (4 * p.element_bytes)  # 4-entry k-steps in a 128-byte line
     for blocks_of_rows, row_warps, stage_bytes, tf32x3 in itertools.product(
-            (1, 2, 4), (2, 4, 8), MTSM_STAGE_BYTES, tf32_options):
+            (1, 2, 4, 8), (2, 4, 8), MTSM_STAGE_BYTES, tf32_options):
         if tf32x3 and blocks_of_rows % 2:
             continue
         probe = MtsmSpec(p, MtsmConfig(tile_n=p.n, rows_per_thread=blocks_of_rows, row_warps=row_warps, mma=True,

@@ -524,6 +524,7 @@ def test_selection():
 
 
 @pytest.mark.nvcc
+@pytest.mark.usefixtures("model_kernels")
 @pytest.mark.parametrize(
     "transpose_a, dtype, n, conj",
     [(True, "float32", 1, False), (True, "float64", 13, False), (True, "complex64", 64, True),
