@@ -110,9 +110,8 @@ class MtsmConfig:
                      (3xTF32, as Config.tf32x3 for atb and ab). An m16n8k8 step is
                      two DMMA k-steps side by side and two 8-row blocks stacked
                      along M (k_steps and rows_per_thread even), so the staged
-                     layouts stay DMMA's;
-                     it spares the widening conversions, which cost DMMA float32
-                     as much pipe time as its products.
+                     layouts stay DMMA's; it spares the widening conversions,
+                     which cost DMMA float32 as much pipe time as its products.
     """
 
     tile_n: int
