@@ -83,6 +83,12 @@ class MtsmProblem(ElementType):
         """32-bit registers per element."""
         return self.element_bytes // 4
 
+    @property
+    def line_k_steps(self) -> int:
+        """DMMA's 4-entry k-steps in one 128-byte line of a row of A: A X's tensor-core
+        chunks hold whole lines (4 for doubles, 8 for floats)."""
+        return 128 // (4 * self.element_bytes)
+
 
 @dataclass(frozen=True)
 class MtsmConfig:
@@ -356,7 +362,8 @@ def _mma_config(problem: MtsmProblem) -> MtsmConfig:
     bytes_per_k = (probe.block_rows + probe.x_stride) * problem.element_bytes
     k_steps = max(1, STAGE_BYTES // (4 * bytes_per_k))
     if not problem.transpose_a:  # whole 128-byte lines of each row of A per chunk
-        k_steps = max(4, k_steps // 4 * 4)
+        lines = problem.line_k_steps
+        k_steps = max(lines, k_steps // lines * lines)
     return dataclasses.replace(config, k_steps=k_steps)
 
 

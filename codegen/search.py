@@ -334,7 +334,6 @@ def _mtsm_grid(problem: MtsmProblem):
     if p.dtype not in MMA_DTYPES:
         return
     tf32_options = (False, True) if p.dtype == "float32" else (False,)
-    line_steps = 128 // (4 * p.element_bytes)  # 4-entry k-steps in a 128-byte line
     for blocks_of_rows, row_warps, stage_bytes, tf32x3 in itertools.product(
             (1, 2, 4, 8), (2, 4, 8), MTSM_STAGE_BYTES, tf32_options):
         if tf32x3 and blocks_of_rows % 2:
@@ -343,7 +342,7 @@ def _mtsm_grid(problem: MtsmProblem):
                                        tf32x3=tf32x3))
         k_steps = max(1, stage_bytes // (4 * (probe.block_rows + probe.x_stride) * p.element_bytes))
         if not p.transpose_a:  # whole 128-byte lines of each row of A per chunk
-            k_steps = max(line_steps, k_steps // line_steps * line_steps)
+            k_steps = max(p.line_k_steps, k_steps // p.line_k_steps * p.line_k_steps)
         elif tf32x3:  # two k-steps per m16n8k8
             k_steps = max(2, k_steps // 2 * 2)
         for stages, blocks in depths:
@@ -403,7 +402,7 @@ def mtsm_neighbours(problem: MtsmProblem, config: MtsmConfig) -> list[MtsmConfig
         steps += [dict(lanes=l) for l in (c.lanes // 2, c.lanes * 2) if l >= 32]
     else:
         # DMMA A X: whole 128-byte lines; 3xTF32: two k-steps per m16n8k8
-        step = 128 // (4 * problem.element_bytes) if c.mma and not problem.transpose_a else 2 if c.tf32x3 else 1
+        step = problem.line_k_steps if c.mma and not problem.transpose_a else 2 if c.tf32x3 else 1
         steps += [dict(k_steps=s) for s in (c.k_steps // 2, c.k_steps * 2) if s >= step and s % step == 0]
         steps += [dict(row_warps=w) for w in (c.row_warps // 2, c.row_warps * 2) if w >= 1]
         if not c.mma:

@@ -523,6 +523,17 @@ def test_selection():
     assert mtsm_select("float32", True, 65, False, 8192) is None
 
 
+def compile_for_sm90(tmp_path, specs) -> tuple[str, subprocess.CompletedProcess]:
+    """(the module's source, nvcc's run with ptxas's register and spill report) for sm_90."""
+    source = tmp_path / "mtsm.cu"
+    source.write_text(mtsm_codegen.module_source(specs))
+    result = subprocess.run(
+        [_kernels.nvcc(), "-cubin", "-arch=sm_90", "-O3", "-Xptxas", "-v", "-o", str(tmp_path / "mtsm.cubin"), str(source)],
+        capture_output=True, text=True,
+    )
+    return source.read_text(), result
+
+
 @pytest.mark.nvcc
 @pytest.mark.usefixtures("model_kernels")
 @pytest.mark.parametrize(
@@ -532,13 +543,7 @@ def test_selection():
      (True, "float64", 64, False), (False, "float64", 40, False)],
 )
 def test_kernels_compile_without_spills(tmp_path, transpose_a, dtype, n, conj):
-    spec = mtsm_select(dtype, transpose_a, n, conj, 8192)
-    source = tmp_path / "mtsm.cu"
-    source.write_text(mtsm_codegen.module_source([spec]))
-    result = subprocess.run(
-        [_kernels.nvcc(), "-cubin", "-arch=sm_90", "-O3", "-Xptxas", "-v", "-o", str(tmp_path / "mtsm.cubin"), str(source)],
-        capture_output=True, text=True,
-    )
+    _, result = compile_for_sm90(tmp_path, [mtsm_select(dtype, transpose_a, n, conj, 8192)])
     assert result.returncode == 0, result.stderr
     assert " 0 bytes spill stores" in result.stderr and "bytes spill stores" in result.stderr
     assert all(line.strip().startswith("0 bytes stack frame") for line in result.stderr.splitlines()
@@ -552,14 +557,9 @@ def test_tf32_candidates_compile_without_spills(tmp_path, transpose_a, n):
     problem = mtsm_codegen.MtsmProblem(transpose_a, "float32", n)
     specs = [mtsm_codegen.MtsmSpec(problem, c) for c in search.mtsm_candidates(problem, 12) if c.tf32x3]
     assert specs
-    source = tmp_path / "mtsm.cu"
-    source.write_text(mtsm_codegen.module_source(specs))
-    result = subprocess.run(
-        [_kernels.nvcc(), "-cubin", "-arch=sm_90", "-O3", "-Xptxas", "-v", "-o", str(tmp_path / "mtsm.cubin"), str(source)],
-        capture_output=True, text=True,
-    )
+    source, result = compile_for_sm90(tmp_path, specs)
     assert result.returncode == 0, result.stderr
-    assert "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32" in source.read_text()
+    assert "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32" in source
     assert result.stderr.count(" 0 bytes spill stores") == result.stderr.count("bytes spill stores") == 2 * len(specs)
 
 
