@@ -785,11 +785,55 @@ def _atb_mma_body(spec: KernelSpec, ar: _Arith) -> tuple[list[str], list[tuple[s
                 f"const bool inside{suffix} = {row} < rows;",
                 *[load("a", i, p.m) for i in range(tm)],
                 *[load("b", j, p.n) for j in range(tn)],
+                *edge_row(at(p.m), at(p.n), f"inside{suffix}", suffix),
             ]
         if tf32:
             return lines + tf32_products(tm, tn, lambda i, j: f"part_{i}_{j}", lambda i, h: f"a{i}_{h}",
                                          lambda j, h: f"b{j}_{h}")
         return lines + dmma_products(tm, tn, lambda i, j: f"acc_{i}_{j}", lambda i: f"a{i}", lambda j: f"b{j}")
+
+    # fma_edges: slot `edge_slot` takes rows edge_slot + u * slots of the result against the
+    # N edge's columns (m-units) and core columns edge_slot + u * slots against the M
+    # edge's rows (n-units); the lanes of a quad take the same entries on their own rows.
+    acc_type = "float" if tf32 else "double"
+    core_m, core_n = 8 * spec.mma_blocks(p.m), 8 * spec.mma_blocks(p.n)
+    edge_m, edge_n = spec.edge(p.m), spec.edge(p.n)
+    m_units, n_units = spec.edge_units
+    slots = spec.edge_slots
+    edge_sums = [f"edge_m{u}_{q}" for u in range(m_units) for q in range(edge_n)] + \
+        [f"edge_n{u}_{q}" for u in range(n_units) for q in range(edge_m)]
+
+    def edge_row(a_row: str, b_row: str, inside: str, suffix: str) -> list[str]:
+        """One row of a slot's edge entries: A and B elements of its units and of the
+        edges, then an FMA per entry."""
+        def load(name: str, operand: str, row: str, col: str) -> str:
+            return f"const {acc_type} {name}{suffix} = {inside} ? s{operand}[{row} + {col}] : 0;"
+        return [
+            *[load(f"ea{u}", "a", a_row, f"edge_row{u}") for u in range(m_units)],
+            *[load(f"eb_edge{q}", "b", b_row, str(core_n + q)) for q in range(edge_n) if m_units],
+            *[load(f"eb{u}", "b", b_row, f"edge_col{u}") for u in range(n_units)],
+            *[load(f"ea_edge{q}", "a", a_row, str(core_m + q)) for q in range(edge_m) if n_units],
+            *[f"edge_m{u}_{q} = fma(ea{u}{suffix}, eb_edge{q}{suffix}, edge_m{u}_{q});"
+              for u in range(m_units) for q in range(edge_n)],
+            *[f"edge_n{u}_{q} = fma(ea_edge{q}{suffix}, eb{u}{suffix}, edge_n{u}_{q});"
+              for u in range(n_units) for q in range(edge_m)],
+        ] if spec.config.fma_edges else []
+
+    edge_places = [
+        "",
+        f"// Edges on the FMA units (fma_edges): the tensor cores take the {core_m}x{core_n} core, so",
+        f"// {p.m}x{p.n} pads to no extra block; slot `edge_slot` of {slots} (a lane quad) takes the",
+        f"// N edge's {edge_n} columns for rows edge_slot + u * {slots} and the M edge's {edge_m} rows",
+        f"// for core columns edge_slot + u * {slots}, the quad's lanes each on their fragment rows.",
+        f"const int edge_slot = warp * 8 + lane / 4;",
+        *[f"const int edge_row{u} = min(edge_slot + {u * slots}, {p.m - 1});" for u in range(m_units)],
+        *[f"const int edge_col{u} = min(edge_slot + {u * slots}, {core_n - 1});" for u in range(n_units)],
+        f"{acc_type} {', '.join(f'{name} = 0' for name in edge_sums)};",
+    ] if spec.config.fma_edges else []
+    edge_quad_sums = [
+        "// Edge sums: the four lanes of a quad took different rows of the same entries.",
+        *[f"{name} += __shfl_xor_sync(0xffffffffu, {name}, {d});" for d in (1, 2) for name in edge_sums],
+    ] if spec.config.fma_edges else []
 
     step_rows = spec.mma_k * s
     padded_groups = [str(spec.group_stride(w)) for w in (p.m, p.n) if spec.groups_padded(w)]
@@ -835,8 +879,9 @@ def _atb_mma_body(spec: KernelSpec, ar: _Arith) -> tuple[list[str], list[tuple[s
         *[f"const int col_a{i} = min((warp_m * {tm} + {i}) * 8 + lane / 4, {p.m - 1});" for i in range(tm)],
         *[f"const int col_b{j} = min((warp_n * {tn} + {j}) * 8 + lane / 4, {p.n - 1});" for j in range(tn)],
         "",
-        *[f"{'float' if tf32 else 'double'} acc_{i}_{j}_{h} = 0;" for i in range(tm) for j in range(tn) for h in range(2)],
+        *[f"{acc_type} acc_{i}_{j}_{h} = 0;" for i in range(tm) for j in range(tn) for h in range(2)],
         *sums,
+        *edge_places,
         "",
         *_atb_slots(spec, e),
         "",
@@ -853,13 +898,22 @@ def _atb_mma_body(spec: KernelSpec, ar: _Arith) -> tuple[list[str], list[tuple[s
         body += _bulk_pipeline(spec, consume) + ["__syncthreads();  // the ring is drained: the reduction may reuse it"]
     else:
         body += _pipeline(spec, issue, consume)
+    body += edge_quad_sums
     outputs = []
     for i in range(tm):
         for j in range(tn):
             for h in range(2):
                 m = f"((warp_m * {tm} + {i}) * 8 + lane / 4)"
                 n = f"((warp_n * {tn} + {j}) * 8 + 2 * (lane % 4) + {h})"
-                outputs.append((f"acc_{i}_{j}_{h}", m, n, f"{m} < {p.m} && {n} < {p.n}"))
+                outputs.append((f"acc_{i}_{j}_{h}", m, n, f"{m} < {min(core_m, p.m)} && {n} < {min(core_n, p.n)}"))
+    for u in range(m_units):
+        for q in range(edge_n):
+            outputs.append((f"edge_m{u}_{q}", f"(edge_slot + {u * slots})", str(core_n + q),
+                            f"lane % 4 == 0 && edge_slot + {u * slots} < {p.m}"))
+    for u in range(n_units):
+        for q in range(edge_m):
+            outputs.append((f"edge_n{u}_{q}", str(core_m + q), f"(edge_slot + {u * slots})",
+                            f"lane % 4 == 0 && edge_slot + {u * slots} < {core_n}"))
     return body, outputs
 
 

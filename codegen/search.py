@@ -24,6 +24,9 @@ STAGE_BYTES = (8 * 1024, 16 * 1024, 32 * 1024)
 ONE_BLOCK_STAGE_BYTES = 96 * 1024
 ONE_BLOCK_BONUS = 1.3
 WAVES = 8
+# fma_edges: an edge entry's FMA per row against one entry of a tensor-core block, in
+# pipe time (H200: FP64 FMA at half DMMA's rate, FP32 FMA at about 0.6 of 3xTF32's).
+EDGE_COST = 2
 FLAT_THREADS = (256, 128, 512)  # the first is the flat mapping's own starting point
 FLAT_PASSES = (4, 1, 16)
 FLAT_WAVES = (8, 1, 64)
@@ -53,7 +56,10 @@ def score(spec: KernelSpec) -> float:
     # 3xTF32 computes 8-row blocks of M (ab: slabs) in pairs: a lone one costs a pair.
     paired_m = c.tile_m + c.tile_m % 2 if c.tf32x3 else c.tile_m
     if p.op == "atb":
-        useful = p.m * p.n / (spec.tiles_m * paired_m * spec.tiles_n * c.tile_n)
+        tiles = spec.tiles_m * paired_m * spec.tiles_n * c.tile_n
+        if c.fma_edges:  # an edge entry on the FMA units costs about two of a block's on the tensor cores
+            tiles += EDGE_COST * (p.m * p.n - 64 * spec.mma_blocks(p.m) * spec.mma_blocks(p.n)) / 64
+        useful = p.m * p.n / tiles
     else:
         useful = p.n / (spec.tiles_m * c.tile_n) * c.tile_m / paired_m
     warps = c.blocks_per_sm * spec.threads / 32
@@ -85,10 +91,11 @@ def _mma_candidates(problem: Problem, arch: str) -> dict[Config, float]:
     row_bytes = (probe.smem_stride(problem.m) + (probe.smem_stride(problem.n) if atb else 0)) * problem.element_bytes
     out_row_bytes = problem.n * problem.element_bytes
     stage_sizes = STAGE_BYTES + ((ONE_BLOCK_STAGE_BYTES,) if atb and bulk else ())
-    for tile_m, tile_n, row_groups, stage_bytes, stages, blocks, stage_out, stage_copy, tf32x3 in itertools.product(
-        range(1, 9), range(1, 9), (1, 2, 3, 4, 8), stage_sizes, (2, 3, 4, 6), (1, 2, 3), _stage_outs(problem),
-        ("vector", "bulk") if bulk else ("vector",), tf32_options,
-    ):
+    edge_options = (False, True) if atb and min(problem.m, problem.n) >= 8 and (problem.m % 8 or problem.n % 8) \
+        else (False,)
+    for tile_m, tile_n, row_groups, stage_bytes, stages, blocks, stage_out, stage_copy, tf32x3, fma_edges in \
+        itertools.product(range(1, 9), range(1, 9), (1, 2, 3, 4, 8), stage_sizes, (2, 3, 4, 6), (1, 2, 3),
+                          _stage_outs(problem), ("vector", "bulk") if bulk else ("vector",), tf32_options, edge_options):
         if tile_m * tile_n > 16 or stages == 6 and not (stage_copy == "bulk" and blocks == 1):
             continue  # a deep ring serves one block of bulk copies only (nothing else keeps it full)
         one_block = stage_bytes == ONE_BLOCK_STAGE_BYTES
@@ -100,7 +107,7 @@ def _mma_candidates(problem: Problem, arch: str) -> dict[Config, float]:
         config = Config(tile_m=tile_m, tile_n=tile_n, mapping="blocked", row_groups=row_groups,
                         rows_per_stage=rows, stages=stages, unroll=2 if atb else 1, mma=True, tf32x3=tf32x3,
                         c_source="shared" if atb else "global", stage_out=stage_out, stage_copy=stage_copy,
-                        blocks_per_sm=blocks)
+                        fma_edges=fma_edges, blocks_per_sm=blocks)
         spec = KernelSpec(problem, config)
         if _usable(spec):
             # Bulk copies first: on an H200 they beat vector copies of the same tile at
@@ -202,7 +209,7 @@ def candidates(problem: Problem, limit: int = 16, arch: str = "sm_90") -> list[C
     for config in sorted(found, key=found.get, reverse=True):
         shape = (config.tile_m, config.tile_n, config.row_groups, config.rows_per_stage, config.stages,
                  config.padded, config.mma, config.tf32x3, config.wgmma, config.stage_out, config.stage_copy,
-                 config.waves)
+                 config.fma_edges, config.waves)
         (seconds if shape in seen else firsts).append(config)
         seen.add(shape)
     ranked = firsts + seconds
@@ -257,6 +264,10 @@ def neighbours(problem: Problem, config: Config) -> list[Config]:
     steps += [dict(blocks_per_sm=b) for b in (c.blocks_per_sm - 1, c.blocks_per_sm + 1) if 1 <= b <= most_blocks]
     if problem.op == "atb" and c.tile_m != c.tile_n:
         steps.append(dict(tile_m=c.tile_n, tile_n=c.tile_m))
+    if c.mma and problem.op == "atb":  # the edges the other way, the warp tile trimmed or widened to match
+        edged = dataclasses.replace(c, fma_edges=not c.fma_edges)
+        blocks_m, blocks_n = (KernelSpec(problem, edged).mma_blocks(w) for w in (problem.m, problem.n))
+        steps.append(dict(fma_edges=not c.fma_edges, tile_m=min(c.tile_m, blocks_m), tile_n=min(c.tile_n, blocks_n)))
     found = []
     for step in steps:
         moved = dataclasses.replace(c, **step)

@@ -150,6 +150,17 @@ class Config:
                      bulk_layout). ab's staged output then leaves the
                      same way, one bulk store per chunk from two buffers in
                      turn, so the store of one chunk overlaps the next.
+    fma_edges        atb with mma only: the tensor cores take the result's core of whole
+                     8x8 blocks (M and N rounded down to multiples of 8) and the FMA
+                     units its edges (the last M mod 8 rows and N mod 8 columns), in
+                     the same warps from the same staged rows, where padding the edges
+                     to whole blocks would cost tensor work: at 50x50 DMMA computes
+                     48x48 instead of 56x56, 3xTF32 48x48 instead of 64x56 (its
+                     blocks go in 16-row pairs). Each lane quad's four lanes take the
+                     entries of one edge slot on their fragment rows, summed across the
+                     quad at the end; a slot holds whole rows of the N edge (one A
+                     element against the N mod 8 edge columns of B) and whole columns of
+                     the M edge, so a row costs one load per entry and the edge columns.
     m_panels         atb only: the M rows of the result are split into this many
                      panels, one per blockIdx.y, when one block's registers
                      cannot hold all of them (each panel streams A and B again).
@@ -177,6 +188,7 @@ class Config:
     wgmma: bool = False
     stage_out: bool = False
     stage_copy: str = "vector"
+    fma_edges: bool = False
     m_panels: int = 1
     blocks_per_sm: int = 2
     waves: int = 1
@@ -200,7 +212,8 @@ class KernelSpec:
         (each holding tile_n columns; with mma: warps, each tile_n blocks of 8)."""
         p, c = self.problem, self.config
         if c.mma:
-            return _ceil_div(_ceil_div(p.m if p.op == "atb" else p.n, 8), c.tile_m if p.op == "atb" else c.tile_n)
+            return _ceil_div(self.mma_blocks(p.m) if p.op == "atb" else _ceil_div(p.n, 8),
+                             c.tile_m if p.op == "atb" else c.tile_n)
         return _ceil_div(self.panel_m, c.tile_m) if p.op == "atb" else _ceil_div(p.n, c.tile_n)
 
     @property
@@ -209,8 +222,32 @@ class KernelSpec:
         if p.op == "ab":
             return 1
         if c.mma:
-            return _ceil_div(_ceil_div(p.n, 8), c.tile_n)
+            return _ceil_div(self.mma_blocks(p.n), c.tile_n)
         return _ceil_div(p.n, c.tile_n)
+
+    def mma_blocks(self, width: int) -> int:
+        """atb with mma: 8-wide blocks of the result along an axis of this width that
+        the tensor cores compute (whole ones only with fma_edges)."""
+        return width // 8 if self.config.fma_edges else _ceil_div(width, 8)
+
+    def edge(self, width: int) -> int:
+        """atb with fma_edges: the last rows (or columns) of the result along an axis
+        of this width that the FMA units compute."""
+        return width % 8 if self.config.fma_edges else 0
+
+    @property
+    def edge_slots(self) -> int:
+        """fma_edges: the slots the edge entries are dealt to, one per lane quad of a row group."""
+        return 8 * self.tiles_m * self.tiles_n
+
+    @property
+    def edge_units(self) -> tuple[int, int]:
+        """fma_edges: per slot, the rows of the result whose N-edge entries it takes (all
+        M rows among the slots) and the core columns whose M-edge entries it takes."""
+        p = self.problem
+        m_units = _ceil_div(p.m, self.edge_slots) if self.edge(p.n) else 0
+        n_units = _ceil_div(8 * self.mma_blocks(p.n), self.edge_slots) if self.edge(p.m) else 0
+        return m_units, n_units
 
     @property
     def flat(self) -> bool:
@@ -412,6 +449,10 @@ class KernelSpec:
             # which ptxas keeps in 14 registers: nvcc 13.0 used 96..235 at M = N = 9..64)
             return self.wgmma_n + 14 * self.wgmma_k_steps + 48
         outputs = c.tile_m * c.tile_n * (2 if c.mma else 1)  # a DMMA block: 2 per lane
+        if c.fma_edges:  # a slot's sums and, per row, its loads
+            m_units, n_units = self.edge_units
+            outputs += m_units * self.edge(p.n) + n_units * self.edge(p.m)
+            outputs += m_units + n_units + self.edge(p.m) + self.edge(p.n)
         halves = 2 if c.tf32x3 else 1  # an m16n8k8 step's fragments: two DMMA k-steps'
         operands = (c.tile_m + c.tile_n) * words * halves
         if c.mma and p.op == "ab":  # C's fragments stay in registers
@@ -553,6 +594,9 @@ def validate(spec: KernelSpec) -> None:
                       "element copies, whole warpgroups (row_groups a multiple of 4) of warps with 2 slabs of "
                       "8 rows and all blocks of 8 columns each")
         raise InvalidSpec(f"{spec.name}: " + "; ".join(errors))
+    if c.fma_edges and not (p.op == "atb" and c.mma and p.m >= 8 and p.n >= 8 and (p.m % 8 or p.n % 8)):
+        errors.append("fma_edges serves mma atb with M and N from 8 and at least one not a multiple of 8")
+        raise InvalidSpec(f"{spec.name}: " + "; ".join(errors))
     if c.mma and (p.dtype not in MMA_DTYPES or c.m_panels != 1
                   or (p.op == "ab" and c.c_source != ("shared" if c.wgmma else "global"))):
         errors.append(f"mma (DMMA) serves {' and '.join(MMA_DTYPES)} without panels, for ab with C from global "
@@ -560,7 +604,7 @@ def validate(spec: KernelSpec) -> None:
         raise InvalidSpec(f"{spec.name}: " + "; ".join(errors))
     inner_m = spec.panel_m if p.op == "atb" else c.rows_per_stage
     if c.mma:
-        tile_limits = (_ceil_div(p.m, 8), _ceil_div(p.n, 8)) if p.op == "atb" else (_ceil_div(inner_m, 8), _ceil_div(p.n, 8))
+        tile_limits = (spec.mma_blocks(p.m), spec.mma_blocks(p.n)) if p.op == "atb" else (_ceil_div(inner_m, 8), _ceil_div(p.n, 8))
     else:
         tile_limits = (inner_m, p.n)
     if not (1 <= c.tile_m <= tile_limits[0] and 1 <= c.tile_n <= tile_limits[1]):

@@ -1,10 +1,11 @@
 """Time variants of the model's configuration side by side, with XLA's dot, on one GPU.
 
     python3 scripts/compare_configs.py atb:float64:58:58 ab:float64:7:7 \
-        --vary stage_copy=vector,element [--vary blocks_per_sm=1,2] [--k 65536] [--flat] [--json out.json]
+        --vary stage_copy=vector,element [--vary blocks_per_sm=1,2] [--k 65536] [--flat | --tuned] [--json out.json]
 
 For each shape (op:dtype:M:N; op atb, ab or ab_update) the model's configuration
-(with --flat, the flat mapping's starting point) is timed with every
+(with --flat, the flat mapping's starting point; with --tuned, the kernel the
+tuning database serves at that K, where it serves one) is timed with every
 combination of the varied Config fields, on the bench's inputs (tall matrices
 of 1 GiB unless --k is given) and with the bench's loops,
 then XLA's dot once on the same inputs. Variants that fail validation or do
@@ -57,6 +58,8 @@ def main() -> None:
     parser.add_argument("--k", type=int, default=None, help="rows of the tall matrices (default: 1 GiB)")
     parser.add_argument("--flat", action="store_true",
                         help="vary the flat mapping's starting point (ab) instead of the model's configuration")
+    parser.add_argument("--tuned", action="store_true",
+                        help="vary the tuning database's kernel for the shape (the model's where it has none)")
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
     jax.config.update("jax_enable_x64", True)
@@ -69,7 +72,11 @@ def main() -> None:
         op, dtype, m, n = shape.split(":")
         m, n = int(m), int(n)
         problem = Problem("ab" if op == "ab_update" else op, dtype, m, n, update=op == "ab_update")
+        k = args.k or bench.problem_rows(m, n, np.dtype(dtype))
         base = flat_candidates(problem)[0] if args.flat else default_config(problem, _cuda.arch())
+        entry = _dispatch.tuned(_dispatch.problem_key(problem), k, _cuda.arch(), _cuda.device_kind())
+        if args.tuned and entry is not None and entry["config"] is not None:
+            base = Config(**entry["config"])
         specs = []
         for values in itertools.product(*(vals for _, vals in varied)):
             config = dataclasses.replace(base, **{f: v for (f, _), v in zip(varied, values)})
@@ -80,7 +87,6 @@ def main() -> None:
             except InvalidSpec as error:
                 print(f"{shape} {values}: invalid: {error}", flush=True)
         specs = _compiled(specs)
-        k = args.k or bench.problem_rows(m, n, np.dtype(dtype))
         sets = bench.operand_sets(op, np.dtype(dtype), m, n, k, seed=m * 1000 + n)
         roof = bench.roofline_seconds(op, np.dtype(dtype), m, n, k, ceilings)
         ours, xla = bench.operations(op)

@@ -59,6 +59,10 @@ def _sample_specs() -> list[KernelSpec]:
         (Problem("atb", "float32", 5, 42), Config(tile_m=1, tile_n=3, mapping="blocked", row_groups=2, rows_per_stage=128, stages=3, mma=True, tf32x3=True, stage_copy="bulk")),
         (Problem("ab", "float32", 49, 49), Config(tile_m=3, tile_n=2, row_groups=2, rows_per_stage=96, c_source="global", mma=True, tf32x3=True)),
         (Problem("ab", "float32", 20, 33, update=True), Config(tile_m=2, tile_n=1, row_groups=4, rows_per_stage=64, c_source="global", mma=True, tf32x3=True, stage_out=True)),
+        # edges on the FMA units: both (DMMA, bulk), the N edge alone (3xTF32, vector copies), float32 on DMMA
+        (Problem("atb", "float64", 50, 50), Config(tile_m=2, tile_n=6, mapping="blocked", row_groups=2, rows_per_stage=64, stages=2, mma=True, stage_copy="bulk", fma_edges=True, blocks_per_sm=1)),
+        (Problem("atb", "float32", 32, 45), Config(tile_m=2, tile_n=5, mapping="blocked", row_groups=2, rows_per_stage=64, stages=3, mma=True, tf32x3=True, fma_edges=True)),
+        (Problem("atb", "float32", 19, 12), Config(tile_m=2, tile_n=1, mapping="blocked", row_groups=2, rows_per_stage=64, stages=3, mma=True, fma_edges=True)),
         # ab with bulk copies in and bulk stores out: A's rows 4, 2 and 1 apart, and 8 apart in padded groups
         (Problem("ab", "float64", 40, 40), Config(tile_m=2, tile_n=2, mapping="blocked", row_groups=4, rows_per_stage=128, c_source="global", mma=True, stage_out=True, stage_copy="bulk")),
         # atb with an odd width beside a multiple of 8: rows 8 apart, each operand's groups padded to fit
@@ -115,6 +119,8 @@ def test_model_kernels_fit_their_launch_bounds():
         (dict(mma=True, tf32x3=True), "tf32x3"),  # float64
         (dict(tf32x3=True), "tf32x3"),  # without mma
         (dict(rows_per_stage=32768, row_groups=32), "shared memory"),
+        (dict(fma_edges=True), "fma_edges"),  # without mma
+        (dict(mma=True, tile_m=1, tile_n=1, fma_edges=True), "fma_edges"),  # 8 x 8 has no edges
     ],
 )
 def test_invalid_specs_are_rejected_with_a_reason(change, reason):
@@ -196,6 +202,31 @@ def test_tensor_cores_serve_float64_and_float32():
     for dtype in ("float64", "float32"):
         assert default_config(Problem("ab", dtype, 32, 32)).mma
         assert default_config(Problem("atb", dtype, 24, 24)).mma
+
+
+def test_fma_edges_geometry_and_candidates():
+    """fma_edges: the tensor cores' tiles cover whole 8x8 blocks only, the slots of a
+    row group take every edge entry once, and the search offers edges for mma atb
+    whose widths leave one (both from 8), never for ab or multiples of 8."""
+    problem = Problem("atb", "float32", 50, 43)
+    spec = KernelSpec(problem, Config(tile_m=2, tile_n=5, mapping="blocked", row_groups=2, rows_per_stage=128,
+                                      stages=2, mma=True, tf32x3=True, stage_copy="bulk", fma_edges=True,
+                                      blocks_per_sm=1))
+    validate(spec)
+    assert (spec.mma_blocks(50), spec.mma_blocks(43), spec.edge(50), spec.edge(43)) == (6, 5, 2, 3)
+    assert (spec.tiles_m, spec.tiles_n, spec.edge_slots) == (3, 1, 24)
+    m_units, n_units = spec.edge_units
+    entries = [(slot + u * 24, 40 + q) for slot in range(24) for u in range(m_units) for q in range(3)
+               if slot + u * 24 < 50]
+    entries += [(48 + q, slot + u * 24) for slot in range(24) for u in range(n_units) for q in range(2)
+                if slot + u * 24 < 40]
+    assert len(entries) == len(set(entries)) == 50 * 43 - 48 * 40
+    with pytest.raises(InvalidSpec, match="tile"):
+        validate(KernelSpec(problem, dataclasses.replace(spec.config, tile_n=6)))
+    for found, offered in ((Problem("atb", "float64", 50, 50), True), (Problem("atb", "float32", 12, 9), True),
+                           (Problem("atb", "float64", 48, 48), False), (Problem("atb", "float64", 7, 50), False),
+                           (Problem("ab", "float64", 50, 50), False)):
+        assert any(c.fma_edges for c in candidates(found, limit=400, arch="sm_90")) == offered, found
 
 
 def test_tf32x3_candidates_for_float32_only():
@@ -403,12 +434,14 @@ def test_neighbours_are_valid_one_step_moves(problem):
     start = candidates(problem, 4, "sm_90")[1]
     moves = neighbours(problem, start)
     assert moves and start not in moves and len(set(moves)) == len(moves)
-    movable = {"rows_per_stage", "row_groups", "stages", "blocks_per_sm", "tile_m", "tile_n"}
+    movable = {"rows_per_stage", "row_groups", "stages", "blocks_per_sm", "tile_m", "tile_n", "fma_edges"}
     for config in moves:
         validate(KernelSpec(problem, config))
         changed = {f for f in movable | set(dataclasses.asdict(start)) if getattr(config, f) != getattr(start, f)}
         assert changed <= movable
-        if changed & {"tile_m", "tile_n"}:
+        if "fma_edges" in changed:  # the warp tile at most trimmed to the core's blocks
+            assert config.tile_m <= start.tile_m and config.tile_n <= start.tile_n
+        elif changed & {"tile_m", "tile_n"}:
             assert (config.tile_m, config.tile_n) == (start.tile_n, start.tile_m)
         if "row_groups" in changed:
             passes = start.rows_per_stage // KernelSpec(problem, start).rows_per_pass

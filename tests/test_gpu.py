@@ -371,6 +371,42 @@ def test_tf32x3_path(op, m, n, tile_m, tile_n, row_groups, stage_copy, k):
     assert np.array_equal(np.asarray(out), np.asarray(again))
 
 
+EDGE_CASES = [  # dtype, M, N, tile_m, tile_n, row_groups, stage_copy, tf32x3: both edges, rows 4 and 2 apart
+    # (50, float64), 8 apart (float32 odd widths), an M edge alone, an N edge alone, edges of 7, float32 on DMMA
+    ("float64", 50, 50, 2, 6, 4, "bulk", False),
+    ("float64", 53, 45, 2, 5, 2, "vector", False),
+    ("float64", 9, 64, 1, 4, 2, "bulk", False),
+    ("float32", 50, 50, 2, 6, 2, "bulk", True),
+    ("float32", 33, 47, 2, 5, 2, "bulk", True),
+    ("float32", 40, 15, 2, 1, 3, "bulk", True),
+    ("float32", 23, 16, 1, 2, 2, "vector", True),
+    ("float32", 61, 13, 3, 1, 2, "bulk", False),
+]
+
+
+@pytest.mark.parametrize("dtype, m, n, tile_m, tile_n, row_groups, stage_copy, tf32x3", EDGE_CASES)
+@pytest.mark.parametrize("k", [1, 37, 100_003, 10**6 + 7])
+def test_fma_edges_path(dtype, m, n, tile_m, tile_n, row_groups, stage_copy, tf32x3, k):
+    """atb with the tensor cores on the core of whole 8x8 blocks and the FMA units on
+    the edges (Config.fma_edges): every entry within the error bound, through many
+    rounds of the ring with a ragged last chunk, over batch items off a 16-byte
+    boundary, and the same bits on every run."""
+    rng = np.random.default_rng()
+    problem = Problem("atb", dtype, m, n)
+    config = Config(tile_m=tile_m, tile_n=tile_n, mapping="blocked", row_groups=row_groups, mma=True,
+                    tf32x3=tf32x3, stage_copy=stage_copy, fma_edges=True, blocks_per_sm=1)
+    per_pass = KernelSpec(problem, config).rows_per_pass
+    spec = KernelSpec(problem, dataclasses.replace(config, rows_per_stage=2 * per_pass, stages=3, unroll=2))
+    if spec.shared_bytes > MAX_SHARED_BYTES:  # rows 8 apart: one pass per stage
+        spec = KernelSpec(problem, dataclasses.replace(spec.config, rows_per_stage=per_pass, stages=2))
+    a, b = operands(rng, "atb", dtype, k, m, n, (3,), (3,))
+    with _dispatch.forced(spec):
+        out = run("atb", a, b)
+        again = run("atb", a, b)
+    assert_close(out, a, b, op="atb", err_msg=spec.name)
+    assert np.array_equal(np.asarray(out), np.asarray(again))
+
+
 WGMMA_CASES = [  # M, N, row_groups, rows_per_stage, stage_out: A's rows read 4 apart (odd M), 2 apart (2 mod 4),
     # 1 apart (4 mod 8), padded (multiples of 8); N padded to 8-column blocks, M to k-steps of 8
     (49, 49, 4, 128, False),
