@@ -25,7 +25,8 @@ import jax_tsmm
 from jax_tsmm import _cuda, _dispatch, _kernels, _mtsm
 from jax_tsmm.codegen import mtsm as mtsm_codegen
 from jax_tsmm.codegen import search
-from reference import DERIVATIVE_RTOL, assert_close, assert_tree_close, random_operand
+from reference import (DERIVATIVE_RTOL, assert_close, assert_tree_close, magnitude, random_operand, reference,
+                       to_wide, unit_roundoff)
 
 pytestmark = [pytest.mark.gpu, pytest.mark.usefixtures("model_kernels")]  # every case reaches its kernel
 
@@ -248,6 +249,26 @@ def test_tf32x3_kernels(transpose_a, n):
     rng = np.random.default_rng()
     for spec in specs:
         _run_forced(spec, rng)
+
+
+@pytest.mark.parametrize("transpose_a", (False, True))
+def test_tf32x3_keeps_float32_accuracy_on_positive_data(transpose_a):
+    """All-positive operands (no cancellation, so a biased rounding shows): the search's
+    best 3xTF32 kernel's largest error relative to |A| |X| stays within 4x that of
+    XLA's float32 dot at HIGHEST precision on the same operands."""
+    problem = mtsm_codegen.MtsmProblem(transpose_a, "float32", 40)
+    spec = mtsm_codegen.MtsmSpec(problem, next(c for c in search.mtsm_candidates(problem, 64) if c.tf32x3))
+    rng = np.random.default_rng()
+    m, k = 3 * spec.block_rows + 7, 200 * spec.chunk + 5
+    a, x = operands(rng, "float32", m, k, problem.n, transpose_a)
+    a, x = np.abs(a), np.abs(x)
+    with _dispatch.forced(spec):
+        ours = to_wide(run(a, x, transpose_a))
+    xla = to_wide(jnp.matmul(a.T if transpose_a else a, x, precision=lax.Precision.HIGHEST))
+    op = "atb" if transpose_a else "ab"
+    want, scale = reference(op, a, x), magnitude(op, a, x)
+    ours_error, xla_error = np.max(np.abs(ours - want) / scale), np.max(np.abs(xla - want) / scale)
+    assert ours_error <= 4 * max(xla_error, unit_roundoff("float32")), (spec.name, ours_error, xla_error)
 
 
 def test_tuned_kernels():
