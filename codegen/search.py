@@ -25,7 +25,9 @@ ONE_BLOCK_STAGE_BYTES = 96 * 1024
 ONE_BLOCK_BONUS = 1.3
 WAVES = 8
 # fma_edges: an edge entry's FMA per row against one entry of a tensor-core block, in
-# pipe time (H200: FP64 FMA at half DMMA's rate, FP32 FMA at about 0.6 of 3xTF32's).
+# pipe time (FP64 FMA at half DMMA's rate; FP32 FMA at about 0.6 of 3xTF32's on
+# mma.sync). Its shared loads' issue slots come on top: on an H200 (2026-11-24) edges
+# of 1 and 2 won, wider ones lost (performance.md, sixteenth round).
 EDGE_COST = 2
 FLAT_THREADS = (256, 128, 512)  # the first is the flat mapping's own starting point
 FLAT_PASSES = (4, 1, 16)
@@ -243,7 +245,8 @@ def _usable(spec: KernelSpec) -> bool:
 def neighbours(problem: Problem, config: Config) -> list[Config]:
     """Valid configurations one step from ``config`` in what the model ranks least
     reliably, the stage geometry and occupancy (rows per stage, row groups, stages,
-    blocks per SM) and, for atb, the warp tile's orientation: the tuner's local
+    blocks per SM) and, for atb, the warp tile's orientation and (mma) the FMA
+    edges, the tile trimmed to the core's blocks where it overhangs: the tuner's local
     search around its fastest candidate (benchmarking every candidate, as Tensile
     does, on a neighbourhood instead of the whole space). Rows per stage follow a
     change of row groups pass for pass."""
