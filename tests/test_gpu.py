@@ -51,6 +51,15 @@ def run(op, a, b, conj=False):
     return jax.jit(jax_tsmm.ab)(a, b)
 
 
+def check_forced(spec: KernelSpec, op, a, b) -> None:
+    """``spec`` forced on ``op(a, b)``: within the error bound, and the same bits on a second run."""
+    with _dispatch.forced(spec):
+        out = run(op, a, b)
+        again = run(op, a, b)
+    assert_close(out, a, b, op=op, err_msg=spec.name)
+    assert np.array_equal(np.asarray(out), np.asarray(again))
+
+
 def operands(rng, op, dtype, k, m, n, a_batch=(), b_batch=()):
     a = random_operand(rng, a_batch + (k, m), dtype)
     b = random_operand(rng, b_batch + ((k, n) if op == "atb" else (m, n)), dtype)
@@ -245,11 +254,7 @@ def test_bulk_stage_copies(dtype, m, n, k):
     if spec.shared_bytes > MAX_SHARED_BYTES:  # wide rows in groups of 8: a pass of 64 rows per stage
         spec = KernelSpec(problem, dataclasses.replace(config, rows_per_stage=probe.rows_per_pass))
     a, b = operands(rng, "atb", dtype, k, m, n, (3,), (3,))
-    with _dispatch.forced(spec):
-        out = run("atb", a, b)
-        again = run("atb", a, b)
-    assert_close(out, a, b, op="atb", err_msg=spec.name)
-    assert np.array_equal(np.asarray(out), np.asarray(again))
+    check_forced(spec, "atb", a, b)
 
 
 @pytest.mark.parametrize("m, n", [(33, 33), (17, 40), (34, 50), (36, 36), (63, 63), (20, 7), (58, 64), (40, 40),
@@ -364,11 +369,7 @@ def test_tf32x3_path(op, m, n, tile_m, tile_n, row_groups, stage_copy, k):
     if spec.shared_bytes > MAX_SHARED_BYTES:  # wide rows 8 apart: one pass of 128 rows per stage
         spec = KernelSpec(problem, dataclasses.replace(config, rows_per_stage=per_pass))
     a, b = operands(rng, op, "float32", k, m, n, (3,), (3,) if op == "atb" else (1,))
-    with _dispatch.forced(spec):
-        out = run(op, a, b)
-        again = run(op, a, b)
-    assert_close(out, a, b, op=op, err_msg=spec.name)
-    assert np.array_equal(np.asarray(out), np.asarray(again))
+    check_forced(spec, op, a, b)
 
 
 EDGE_CASES = [  # dtype, M, N, tile_m, tile_n, row_groups, stage_copy, tf32x3: both edges, rows 4 and 2 apart
@@ -400,11 +401,7 @@ def test_fma_edges_path(dtype, m, n, tile_m, tile_n, row_groups, stage_copy, tf3
     if spec.shared_bytes > MAX_SHARED_BYTES:  # rows 8 apart: one pass per stage
         spec = KernelSpec(problem, dataclasses.replace(spec.config, rows_per_stage=per_pass, stages=2))
     a, b = operands(rng, "atb", dtype, k, m, n, (3,), (3,))
-    with _dispatch.forced(spec):
-        out = run("atb", a, b)
-        again = run("atb", a, b)
-    assert_close(out, a, b, op="atb", err_msg=spec.name)
-    assert np.array_equal(np.asarray(out), np.asarray(again))
+    check_forced(spec, "atb", a, b)
 
 
 WGMMA_CASES = [  # M, N, row_groups, rows_per_stage, stage_out: A's rows read 4 apart (odd M), 2 apart (2 mod 4),
@@ -435,11 +432,7 @@ def test_wgmma_path(m, n, row_groups, rows_per_stage, stage_out, k):
                     stage_out=stage_out, blocks_per_sm=1)
     spec = KernelSpec(Problem("ab", "float32", m, n), config)
     a, c = operands(rng, "ab", "float32", k, m, n, (3,), (1,))
-    with _dispatch.forced(spec):
-        out = run("ab", a, c)
-        again = run("ab", a, c)
-    assert_close(out, a, c, op="ab", err_msg=spec.name)
-    assert np.array_equal(np.asarray(out), np.asarray(again))
+    check_forced(spec, "ab", a, c)
 
 
 @pytest.mark.parametrize("op, wgmma", [("atb", False), ("ab", False), ("ab", True)])
