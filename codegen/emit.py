@@ -825,7 +825,7 @@ def _atb_mma_body(spec: KernelSpec, ar: _Arith) -> tuple[list[str], list[tuple[s
         f"// {p.m}x{p.n} pads to no extra block; slot `edge_slot` of {slots} (a lane quad) takes the",
         f"// N edge's {edge_n} columns for rows edge_slot + u * {slots} and the M edge's {edge_m} rows",
         f"// for core columns edge_slot + u * {slots}, the quad's lanes each on their fragment rows.",
-        f"const int edge_slot = warp * 8 + lane / 4;",
+        "const int edge_slot = warp * 8 + lane / 4;",
         *[f"const int edge_row{u} = min(edge_slot + {u * slots}, {p.m - 1});" for u in range(m_units)],
         *[f"const int edge_col{u} = min(edge_slot + {u * slots}, {core_n - 1});" for u in range(n_units)],
         f"{acc_type} {', '.join(f'{name} = 0' for name in edge_sums)};",

@@ -267,7 +267,7 @@ def neighbours(problem: Problem, config: Config) -> list[Config]:
     steps += [dict(blocks_per_sm=b) for b in (c.blocks_per_sm - 1, c.blocks_per_sm + 1) if 1 <= b <= most_blocks]
     if problem.op == "atb" and c.tile_m != c.tile_n:
         steps.append(dict(tile_m=c.tile_n, tile_n=c.tile_m))
-    if c.mma and problem.op == "atb":  # the edges the other way, the warp tile trimmed or widened to match
+    if c.mma and problem.op == "atb":  # the edges the other way, the warp tile trimmed to the core
         edged = dataclasses.replace(c, fma_edges=not c.fma_edges)
         blocks_m, blocks_n = (KernelSpec(problem, edged).mma_blocks(w) for w in (problem.m, problem.n))
         steps.append(dict(fma_edges=not c.fma_edges, tile_m=min(c.tile_m, blocks_m), tile_n=min(c.tile_n, blocks_n)))

@@ -160,7 +160,7 @@ class Config:
                      entries of one edge slot on their fragment rows, summed across the
                      quad at the end; a slot holds whole rows of the N edge (one A
                      element against the N mod 8 edge columns of B) and whole columns of
-                     the M edge, so a row costs one load per entry and the edge columns.
+                     the M edge, so a row costs a load per unit and per edge column.
     m_panels         atb only: the M rows of the result are split into this many
                      panels, one per blockIdx.y, when one block's registers
                      cannot hold all of them (each panel streams A and B again).
