@@ -216,6 +216,14 @@ def _run_forced(spec: mtsm_codegen.MtsmSpec, rng) -> None:
         check(out, a, x, p.transpose_a, p.conj)
 
 
+def _run_all_forced(specs: list[mtsm_codegen.MtsmSpec]) -> None:
+    """Every spec through ``_run_forced``, compiled together first (in parallel)."""
+    _kernels.precompile(specs, _cuda.arch())
+    rng = np.random.default_rng()
+    for spec in specs:
+        _run_forced(spec, rng)
+
+
 SEARCHED = [(False, "float64", 3), (True, "float64", 3), (False, "float64", 40), (True, "float64", 40),
             (False, "float32", 16), (True, "float32", 7), (False, "float32", 64), (True, "float64", 64),
             (True, "float32", 32)]
@@ -230,10 +238,7 @@ def test_search_candidates(transpose_a, dtype, n):
     configs = search.mtsm_candidates(problem, 12)
     configs += [c for c in search.mtsm_neighbours(problem, configs[0]) if c not in configs]
     specs = [mtsm_codegen.MtsmSpec(problem, c) for c in configs]
-    _kernels.precompile(specs, _cuda.arch())
-    rng = np.random.default_rng()
-    for spec in specs:
-        _run_forced(spec, rng)
+    _run_all_forced(specs)
 
 
 @pytest.mark.parametrize("transpose_a", (False, True))
@@ -245,10 +250,7 @@ def test_tf32x3_kernels(transpose_a, n):
     configs = [c for c in search.mtsm_candidates(problem, 64) if c.tf32x3][:2]
     assert configs
     specs = [mtsm_codegen.MtsmSpec(problem, c) for c in configs]
-    _kernels.precompile(specs, _cuda.arch())
-    rng = np.random.default_rng()
-    for spec in specs:
-        _run_forced(spec, rng)
+    _run_all_forced(specs)
 
 
 @pytest.mark.parametrize("transpose_a", (False, True))
@@ -283,7 +285,4 @@ def test_tuned_kernels():
             specs += [mtsm_codegen.MtsmSpec(problem, mtsm_codegen.MtsmConfig(**e["config"]))
                       for e in entries if e["config"] is not None]
     specs = list(dict.fromkeys(specs))
-    _kernels.precompile(specs, _cuda.arch())
-    rng = np.random.default_rng()
-    for spec in specs:
-        _run_forced(spec, rng)
+    _run_all_forced(specs)
