@@ -817,7 +817,7 @@ def _atb_mma_body(spec: KernelSpec, ar: _Arith) -> tuple[list[str], list[tuple[s
               for u in range(m_units) for q in range(edge_n)],
             *[f"edge_n{u}_{q} = fma(ea_edge{q}{suffix}, eb{u}{suffix}, edge_n{u}_{q});"
               for u in range(n_units) for q in range(edge_m)],
-        ] if spec.config.fma_edges else []
+        ]  # empty without fma_edges: no edges, no units
 
     edge_places = [
         "",
