@@ -67,6 +67,15 @@ BULK_CASES = [
                                       c_source="global", mma=True, stage_out=True, stage_copy="bulk")),
     ("ab", (40, 9), "float64", Config(tile_m=2, tile_n=2, mapping="blocked", row_groups=4, rows_per_stage=64,
                                       c_source="global", mma=True, stage_out=True, stage_copy="bulk")),
+    # fma_edges: the result's last M mod 8 rows and N mod 8 columns on the FMA units, 3xTF32 from bulk
+    # copies, DMMA from vector copies, 3xTF32 from vector copies with a core of one 8-row block.
+    ("atb", (50, 50), "float32", Config(tile_m=2, tile_n=3, mapping="blocked", row_groups=2, rows_per_stage=128,
+                                        stages=2, unroll=2, mma=True, tf32x3=True, stage_copy="bulk",
+                                        fma_edges=True, blocks_per_sm=1)),
+    ("atb", (33, 41), "float64", Config(tile_m=2, tile_n=5, mapping="blocked", row_groups=2, rows_per_stage=32,
+                                        stages=3, unroll=2, mma=True, fma_edges=True)),
+    ("atb", (9, 34), "float32", Config(tile_m=1, tile_n=2, mapping="blocked", row_groups=3, rows_per_stage=48,
+                                       stages=3, unroll=2, mma=True, tf32x3=True, fma_edges=True)),
     # The flat mapping (no staging): vectors of out straddling rows (3 x 7, floats 2 x 3), whole rows (13 x 48).
     ("ab", (3, 7), "float64", Config(mapping="flat", row_groups=32, rows_per_stage=128, unroll=2, c_source="global")),
     ("ab", (2, 3), "float32", Config(mapping="flat", row_groups=32, rows_per_stage=128, c_source="global")),
