@@ -82,9 +82,11 @@ def test_model_runs_complex_problems_on_tensor_cores_as_their_real_view(model_di
     assert select("ab", "complex128", 16, 16, update=True).problem == Problem("ab", "float64", 32, 32, update=True)
     assert select("ab", "complex128", 64, 64).problem == Problem("ab", "float64", 128, 128)
     assert select("ab", "complex128", 8, 8).problem == Problem("ab", "complex128", 8, 8)
-    # too wide for the real kernels, or for one block of them (atb); ruled out by the caller:
+    # a long and narrow real result fits one block (atb); too wide for the real kernels, or too
+    # large for one block of them; ruled out by the caller:
+    assert select("atb", "complex128", 13, 48).problem == Problem("atb", "float64", 26, 96)
     assert select("atb", "complex128", 65, 30).problem == Problem("atb", "complex128", 65, 30)
-    assert select("atb", "complex64", 33, 8).problem == Problem("atb", "complex64", 33, 8)
+    assert select("atb", "complex64", 33, 33).problem == Problem("atb", "complex64", 33, 33)
     native = select("ab", "complex128", 16, 16, update=True, real_view=False)
     assert native.problem == Problem("ab", "complex128", 16, 16, update=True)
     assert not _dispatch.is_real_view(native, "complex128")
