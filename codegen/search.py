@@ -127,7 +127,10 @@ def _mma_candidates(problem: Problem, arch: str) -> dict[Config, float]:
 def _wgmma_candidates(problem: Problem) -> dict[Config, float]:
     """3xTF32 ab through wgmma (Config.wgmma, sm_90a): one warp tile (2 slabs, all of
     N), whole warpgroups; ranked ahead of mma.sync's tiles, whose tensor cores run
-    at two thirds of wgmma's rate and whose warps each hold C in registers."""
+    at two thirds of wgmma's rate and whose warps each hold C in registers. With
+    staged output and M not a multiple of 8, also with bulk copies (a producer warp
+    stages A, and out leaves by bulk stores that overlap the next chunk), ranked a
+    little ahead as the other kernels' bulk copies are."""
     found = {}
     base = wgmma_config(problem)
     row_bytes = KernelSpec(problem, base).smem_stride(problem.m) * problem.element_bytes
@@ -135,16 +138,16 @@ def _wgmma_candidates(problem: Problem) -> dict[Config, float]:
     # Odd N stores a lane's columns one by one: staged output only (on an H200, 33-46 % of
     # the copy roofline without it at 41, 49 and 63, against 74-97 % with it).
     stage_outs = (True,) if problem.n % 2 else (True, False)
-    for row_groups, stage_bytes, stages, blocks, stage_out in itertools.product(
-        (4, 8, 12), STAGE_BYTES, (2, 3, 4), (1, 2), stage_outs,
+    for row_groups, stage_bytes, stages, blocks, stage_out, stage_copy in itertools.product(
+        (4, 8, 12), STAGE_BYTES, (2, 3, 4), (1, 2), stage_outs, ("vector", "bulk"),
     ):
         per_pass = 16 * row_groups
         rows = max(per_pass, stage_bytes // (row_bytes + stage_out * out_row_bytes) // per_pass * per_pass)
         config = dataclasses.replace(base, row_groups=row_groups, rows_per_stage=rows, stages=stages,
-                                     stage_out=stage_out, blocks_per_sm=blocks)
+                                     stage_out=stage_out, stage_copy=stage_copy, blocks_per_sm=blocks)
         spec = KernelSpec(problem, config)
         if _usable(spec):
-            found[config] = 6 * score(spec)
+            found[config] = 6 * score(spec) * (1.25 if stage_copy == "bulk" else 1)
     return found
 
 
@@ -267,6 +270,8 @@ def neighbours(problem: Problem, config: Config) -> list[Config]:
     steps += [dict(blocks_per_sm=b) for b in (c.blocks_per_sm - 1, c.blocks_per_sm + 1) if 1 <= b <= most_blocks]
     if problem.op == "atb" and c.tile_m != c.tile_n:
         steps.append(dict(tile_m=c.tile_n, tile_n=c.tile_m))
+    if c.wgmma:  # sm_90a: bulk copies are there; whether they pay at this geometry is not modelled
+        steps.append(dict(stage_copy="vector" if c.stage_copy == "bulk" else "bulk"))
     if c.mma and problem.op == "atb":  # the edges the other way, the warp tile trimmed to the core
         edged = dataclasses.replace(c, fma_edges=not c.fma_edges)
         blocks_m, blocks_n = (KernelSpec(problem, edged).mma_blocks(w) for w in (problem.m, problem.n))

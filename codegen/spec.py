@@ -147,9 +147,10 @@ class Config:
                      rows are staged in unpadded groups of s, one bulk copy a
                      group, with padding between groups only where a DMMA step
                      taking its rows s apart would hit a bank twice (see
-                     bulk_layout). ab's staged output then leaves the
-                     same way, one bulk store per chunk from two buffers in
-                     turn, so the store of one chunk overlaps the next.
+                     bulk_layout; wgmma's rows are unpadded, one bulk copy a
+                     chunk, M not a multiple of 8). ab's staged output then
+                     leaves the same way, one bulk store per chunk from two
+                     buffers in turn, so the store of one chunk overlaps the next.
     fma_edges        atb with mma only: the tensor cores take the result's core of whole
                      8x8 blocks (M and N rounded down to multiples of 8) and the FMA
                      units its edges (the last M mod 8 rows and N mod 8 columns), in
@@ -351,7 +352,7 @@ class KernelSpec:
     def group_stride(self, width: int) -> int:
         """Elements between the first rows of neighbouring groups of row_spacing staged
         rows: staged row j of a chunk sits at (j / s) * group_stride + (j % s) * smem_stride."""
-        if self.bulk:
+        if self.bulk and not self.config.wgmma:
             _, group_m, group_n = self.layout
             return group_m if width == self.problem.m else group_n
         return self.row_spacing * self.smem_stride(width)
@@ -370,12 +371,12 @@ class KernelSpec:
             return 0, 0
 
         def area(width: int) -> int:
-            if self.bulk:  # the operand's misalignment (shift) is mirrored, padded or not
-                return c.rows_per_stage // self.row_spacing * self.group_stride(width) + vec
-            if self.is_padded(width):
-                return _round_up(c.rows_per_stage * self.smem_stride(width), vec)
             # wgmma's last 4-wide step reads (and masks) up to 3 elements past a row: one more vector
             overread = vec if c.wgmma and width % 4 else 0
+            if self.bulk:  # the operand's misalignment (shift) is mirrored, padded or not
+                return c.rows_per_stage // self.row_spacing * self.group_stride(width) + vec + overread
+            if self.is_padded(width):
+                return _round_up(c.rows_per_stage * self.smem_stride(width), vec)
             return _round_up(c.rows_per_stage * width, vec) + vec + overread
 
         return area(p.m), area(p.n) if p.op == "atb" else 0
@@ -542,7 +543,11 @@ def _bulk_fits(spec: KernelSpec) -> bool:
         return False
     if p.op == "atb":
         return True
-    return p.dtype == "float64" and c.stage_out and not p.update and c.row_groups * c.tile_m % spec.row_spacing == 0
+    if not c.stage_out or p.update:
+        return False
+    if c.wgmma:  # rows unpadded (see smem_stride): the chunk is one span
+        return p.m % 8 != 0
+    return p.dtype == "float64" and c.row_groups * c.tile_m % spec.row_spacing == 0
 
 
 def validate(spec: KernelSpec) -> None:
@@ -580,19 +585,20 @@ def validate(spec: KernelSpec) -> None:
         errors.append(f"m_panels {c.m_panels} must lie in 1..M for atb and be 1 for ab")
         raise InvalidSpec(f"{spec.name}: " + "; ".join(errors))
     if c.stage_copy == "bulk" and not _bulk_fits(spec):
-        errors.append("bulk stage copies serve DMMA atb (float64, float32), and float64 DMMA ab with staged "
-                      "output and no update whose passes hold whole groups of 8 x row spacing rows")
+        errors.append("bulk stage copies serve DMMA atb (float64, float32), and ab with staged output and no "
+                      "update: float64 DMMA whose passes hold whole groups of 8 x row spacing rows, wgmma with "
+                      "M not a multiple of 8")
         raise InvalidSpec(f"{spec.name}: " + "; ".join(errors))
     if c.tf32x3 and not (c.mma and p.dtype == "float32"):
         errors.append("tf32x3 applies to float32 with mma")
         raise InvalidSpec(f"{spec.name}: " + "; ".join(errors))
     if c.wgmma and not (
-        c.tf32x3 and p.op == "ab" and not p.update and c.c_source == "shared" and c.stage_copy != "bulk"
+        c.tf32x3 and p.op == "ab" and not p.update and c.c_source == "shared"
         and (c.tile_m, c.tile_n) == (2, _ceil_div(p.n, 8)) and c.row_groups % 4 == 0
     ):
-        errors.append("wgmma serves 3xTF32 ab without the update, C from shared memory, staged by vector or "
-                      "element copies, whole warpgroups (row_groups a multiple of 4) of warps with 2 slabs of "
-                      "8 rows and all blocks of 8 columns each")
+        errors.append("wgmma serves 3xTF32 ab without the update, C from shared memory, whole warpgroups "
+                      "(row_groups a multiple of 4) of warps with 2 slabs of 8 rows and all blocks of 8 "
+                      "columns each")
         raise InvalidSpec(f"{spec.name}: " + "; ".join(errors))
     if c.fma_edges and not (p.op == "atb" and c.mma and p.m >= 8 and p.n >= 8 and (p.m % 8 or p.n % 8)):
         errors.append("fma_edges serves mma atb with M and N from 8 and at least one not a multiple of 8")

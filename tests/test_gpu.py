@@ -404,22 +404,27 @@ def test_fma_edges_path(dtype, m, n, tile_m, tile_n, row_groups, stage_copy, tf3
     check_forced(spec, "atb", a, b)
 
 
-WGMMA_CASES = [  # M, N, row_groups, rows_per_stage, stage_out: A's rows read 4 apart (odd M), 2 apart (2 mod 4),
-    # 1 apart (4 mod 8), padded (multiples of 8); N padded to 8-column blocks, M to k-steps of 8
-    (49, 49, 4, 128, False),
-    (64, 64, 8, 128, True),
-    (33, 17, 4, 192, True),
-    (5, 3, 4, 128, False),
-    (40, 64, 8, 256, False),
-    (64, 1, 4, 64, True),
-    (50, 24, 4, 128, True),
-    (36, 9, 8, 128, False),
+WGMMA_CASES = [  # M, N, row_groups, rows_per_stage, stage_out, stage_copy: A's rows read 4 apart (odd M),
+    # 2 apart (2 mod 4), 1 apart (4 mod 8), padded (multiples of 8); N padded to 8-column blocks, M to
+    # k-steps of 8; bulk copies in and bulk stores out from two buffers (M not a multiple of 8)
+    (49, 49, 4, 128, False, "vector"),
+    (64, 64, 8, 128, True, "vector"),
+    (33, 17, 4, 192, True, "vector"),
+    (5, 3, 4, 128, False, "vector"),
+    (40, 64, 8, 256, False, "vector"),
+    (64, 1, 4, 64, True, "vector"),
+    (50, 24, 4, 128, True, "vector"),
+    (36, 9, 8, 128, False, "vector"),
+    (41, 41, 8, 128, True, "bulk"),
+    (50, 24, 4, 128, True, "bulk"),
+    (36, 9, 8, 256, True, "bulk"),
+    (5, 3, 4, 64, True, "bulk"),
 ]
 
 
-@pytest.mark.parametrize("m, n, row_groups, rows_per_stage, stage_out", WGMMA_CASES)
+@pytest.mark.parametrize("m, n, row_groups, rows_per_stage, stage_out, stage_copy", WGMMA_CASES)
 @pytest.mark.parametrize("k", [1, 37, 100_003, 10**6 + 7])
-def test_wgmma_path(m, n, row_groups, rows_per_stage, stage_out, k):
+def test_wgmma_path(m, n, row_groups, rows_per_stage, stage_out, stage_copy, k):
     """float32 ab through wgmma (Config.wgmma, sm_90a: C split in shared memory, 64
     rows per warpgroup and instruction): within float32's error bound, through many
     rounds of the ring with a ragged last chunk, over batch items off a 16-byte
@@ -429,7 +434,7 @@ def test_wgmma_path(m, n, row_groups, rows_per_stage, stage_out, k):
     rng = np.random.default_rng()
     config = Config(tile_m=2, tile_n=-(-n // 8), mapping="blocked", row_groups=row_groups,
                     rows_per_stage=rows_per_stage, stages=3, mma=True, tf32x3=True, wgmma=True, c_source="shared",
-                    stage_out=stage_out, blocks_per_sm=1)
+                    stage_out=stage_out, stage_copy=stage_copy, blocks_per_sm=1)
     spec = KernelSpec(Problem("ab", "float32", m, n), config)
     a, c = operands(rng, "ab", "float32", k, m, n, (3,), (1,))
     check_forced(spec, "ab", a, c)
