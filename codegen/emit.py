@@ -587,10 +587,10 @@ def _bulk_pipeline(spec: KernelSpec, consume: list[str], finish: list[str] = (),
 
     def stage(operand: str, width: int, lane: int) -> list[str]:
         spacing, group = spec.row_spacing, spec.group_stride(width)
-        if spec.one_span(width):
+        if not spec.groups_padded(width):  # the chunk is one contiguous span
             return [f"if (lane == {lane}) tsmm_bulk_stage(slot_{operand}(slot) + {operand}_shift, "
                     f"{operand} + row0 * {width}, rows * {width}, &full[slot]);"]
-        return [f"for (int group = lane; group * {spacing} < rows; group += 32) {{  // padded: one bulk copy a group",
+        return [f"for (int group = lane; group * {spacing} < rows; group += 32) {{  // padded groups: one bulk copy each",
                 f"  tsmm_bulk_stage(slot_{operand}(slot) + {operand}_shift + group * {group}, "
                 f"{operand} + (row0 + group * {spacing}) * {width}, min({spacing}, rows - group * {spacing}) * {width}, "
                 "&full[slot]);",

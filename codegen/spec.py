@@ -148,10 +148,9 @@ class Config:
                      group, with padding between groups only where a DMMA step
                      taking its rows s apart would hit a bank twice (see
                      bulk_layout; wgmma's rows are unpadded, one bulk copy a
-                     chunk, but for multiples of 8, padded, one copy a row). ab's
-                     staged output then leaves the same way, one bulk store per
-                     chunk from two buffers in turn, so the store of one chunk
-                     overlaps the next.
+                     chunk, M not a multiple of 8). ab's staged output then
+                     leaves the same way, one bulk store per chunk from two
+                     buffers in turn, so the store of one chunk overlaps the next.
     fma_edges        atb with mma only: the tensor cores take the result's core of whole
                      8x8 blocks (M and N rounded down to multiples of 8) and the FMA
                      units its edges (the last M mod 8 rows and N mod 8 columns), in
@@ -342,10 +341,10 @@ class KernelSpec:
         strides that put every lane of a request in its own bank (see dmma_stride,
         dmma_float_stride); bulk-staged rows are unpadded (see group_stride)."""
         p = self.problem
-        if self.config.wgmma:  # unpadded but for multiples of 8 (see wgmma_row_spacing)
-            return width if width % 8 else width + 4
         if self.bulk:
             return width
+        if self.config.wgmma:  # unpadded but for multiples of 8 (see wgmma_row_spacing)
+            return width if width % 8 else width + 4
         if self.config.mma:
             return dmma_stride(width) if p.real_type == "double" else dmma_float_stride(width, p.op)
         return width + 1 if self.config.padded and width % 2 == 0 else width
@@ -360,13 +359,8 @@ class KernelSpec:
 
     def groups_padded(self, width: int) -> bool:
         """Whether padding lies between the groups of staged rows of this width (else
-        the rows are evenly strided)."""
+        the rows are evenly strided, and a bulk-staged chunk is one contiguous span)."""
         return self.group_stride(width) != self.row_spacing * self.smem_stride(width)
-
-    def one_span(self, width: int) -> bool:
-        """Whether a bulk-staged chunk of rows of this width is one contiguous span
-        (no padding between rows or groups), else one bulk copy per group."""
-        return not (self.groups_padded(width) or self.is_padded(width))
 
     def stage_elements(self) -> tuple[int, int]:
         """Elements of the A and B areas of one stage, each a whole number of 16-byte
@@ -551,8 +545,8 @@ def _bulk_fits(spec: KernelSpec) -> bool:
         return True
     if not c.stage_out or p.update:
         return False
-    if c.wgmma:  # the chunk one span, or (multiples of 8, padded rows) a copy per row
-        return True
+    if c.wgmma:  # rows unpadded (see smem_stride): the chunk is one span
+        return p.m % 8 != 0
     return p.dtype == "float64" and c.row_groups * c.tile_m % spec.row_spacing == 0
 
 
@@ -592,7 +586,8 @@ def validate(spec: KernelSpec) -> None:
         raise InvalidSpec(f"{spec.name}: " + "; ".join(errors))
     if c.stage_copy == "bulk" and not _bulk_fits(spec):
         errors.append("bulk stage copies serve DMMA atb (float64, float32), and ab with staged output and no "
-                      "update: float64 DMMA whose passes hold whole groups of 8 x row spacing rows, and wgmma")
+                      "update: float64 DMMA whose passes hold whole groups of 8 x row spacing rows, wgmma with "
+                      "M not a multiple of 8")
         raise InvalidSpec(f"{spec.name}: " + "; ".join(errors))
     if c.tf32x3 and not (c.mma and p.dtype == "float32"):
         errors.append("tf32x3 applies to float32 with mma")

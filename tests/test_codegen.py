@@ -4,6 +4,7 @@ for sm_90."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import re
 import subprocess
@@ -281,17 +282,20 @@ def test_wgmma_geometry():
 def test_wgmma_fragments_take_one_bank_per_lane_and_stay_in_their_slot(m):
     """A wgmma A fragment (8 rows row_spacing apart x 4 columns) read from staged rows
     touches 32 distinct banks; the last 4-wide step, read whole and masked, stays
-    inside the stage's area at any misalignment of the chunk; bulk-staged the same,
-    the chunk one unpadded span but for multiples of 8 (padded rows, a copy each)."""
+    inside the stage's area at any misalignment of the chunk; bulk-staged (M not a
+    multiple of 8) the same, the chunk one unpadded span."""
+    copies = ("vector", "bulk") if m % 8 else ("vector",)
     for spec in (KernelSpec(Problem("ab", "float32", m, 8), _wgmma_config(8, stage_out=True, stage_copy=copy))
-                 for copy in ("vector", "bulk")):
+                 for copy in copies):
         validate(spec)
         s, stride = spec.row_spacing, spec.smem_stride(m)
         assert len({(g * s * stride + t) % 32 for g in range(8) for t in range(4)}) == 32
         largest_shift = spec.problem.vector_elements - 1
         last_read = largest_shift + (spec.config.rows_per_stage - 1) * stride + 4 * -(-m // 4) - 1
         assert last_read < spec.stage_elements()[0]
-        assert spec.one_span(m) == (m % 8 != 0)
+        assert not spec.groups_padded(m)
+    with pytest.raises(InvalidSpec, match="bulk") if m % 8 == 0 else contextlib.nullcontext():
+        validate(KernelSpec(Problem("ab", "float32", m, 8), _wgmma_config(8, stage_out=True, stage_copy="bulk")))
 
 
 def test_atb_search_offers_one_block_of_large_stages_with_bulk_copies():
@@ -506,12 +510,10 @@ def test_wgmma_kernels_compile_for_sm90a_without_spills(tmp_path):
     them, and ptxas fences the warpgroup a few times per kernel, not before every
     k-step (a select masking the last k-step made it fence 14 times at 49x49)."""
     specs = [KernelSpec(Problem("ab", "float32", m, n),
-                        _wgmma_config(n, stage_out=m % 2 == 1 or copy == "bulk", blocks_per_sm=b,
-                                      stage_copy=copy))
+                        _wgmma_config(n, stage_out=m % 2 == 1, blocks_per_sm=b, stage_copy=copy))
              for m, n, b, copy in ((49, 49, 2, "vector"), (64, 64, 1, "vector"), (33, 17, 2, "vector"),
                                    (5, 3, 2, "vector"), (40, 64, 1, "vector"), (64, 1, 2, "vector"),
-                                   (17, 56, 2, "vector"), (41, 41, 1, "bulk"), (57, 9, 2, "bulk"),
-                                   (48, 48, 1, "bulk"))]
+                                   (17, 56, 2, "vector"), (41, 41, 1, "bulk"), (57, 9, 2, "bulk"))]
     source = tmp_path / "wgmma.cu"
     source.write_text(module_source(specs))
     command = [_kernels.nvcc(), "-cubin", *_kernels.target_flags(specs, "sm_90"), "-O3", "-Werror", "all-warnings",
