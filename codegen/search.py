@@ -226,7 +226,7 @@ def candidates(problem: Problem, limit: int = 16, arch: str = "sm_90") -> list[C
     # then the flat mapping's start and two of its variants.
     firsts = [default]
     with_bulk = dataclasses.replace(default, stage_copy="bulk")
-    if _has_bulk_copies(arch) and _valid(KernelSpec(problem, with_bulk)):
+    if with_bulk != default and _has_bulk_copies(arch) and _valid(KernelSpec(problem, with_bulk)):
         firsts.append(with_bulk)
     firsts += [c for c in flat_candidates(problem)[:3] if c not in firsts]
     return (firsts + [c for c in ranked if c not in firsts])[:limit]

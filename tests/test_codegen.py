@@ -513,7 +513,7 @@ def test_wgmma_kernels_compile_for_sm90a_without_spills(tmp_path):
                         _wgmma_config(n, stage_out=m % 2 == 1, blocks_per_sm=b, stage_copy=copy))
              for m, n, b, copy in ((49, 49, 2, "vector"), (64, 64, 1, "vector"), (33, 17, 2, "vector"),
                                    (5, 3, 2, "vector"), (40, 64, 1, "vector"), (64, 1, 2, "vector"),
-                                   (17, 56, 2, "vector"), (41, 41, 1, "bulk"), (57, 9, 2, "bulk"))]
+                                   (17, 56, 2, "vector"), (41, 41, 1, "bulk"), (57, 9, 2, "bulk"), (63, 63, 2, "bulk"))]
     source = tmp_path / "wgmma.cu"
     source.write_text(module_source(specs))
     command = [_kernels.nvcc(), "-cubin", *_kernels.target_flags(specs, "sm_90"), "-O3", "-Werror", "all-warnings",
