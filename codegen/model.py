@@ -42,8 +42,8 @@ MMA_MIN_WARPS = 8  # per block beyond 32x32; the widths up to 32x32, which ran w
 # configuration is the most frequent winner there (12 of 32 widths).
 WGMMA_WIDTHS = range(33, 65)
 # Its A staged by bulk copies (a producer warp) and out leaving by bulk stores, where M
-# is not a multiple of 8: on an H200 (2026-11-24, tuner) the winner at every such
-# width from 33 to 63, 88-113 % of the copy roofline against 75-92 % with vector copies.
+# is not a multiple of 8: on an H200 (2026-11-24, tuner) the winner at all 22 such
+# widths of 33..61 re-tuned, 89-113 % of the roofline against 75-92 % with vector copies.
 # (At M = N beyond 56 the register estimate keeps the model's two blocks on vector copies.)
 
 
