@@ -332,8 +332,10 @@ def test_wgmma_candidates_for_float32_ab_on_sm90_only():
 
 def test_model_takes_wgmma_for_wide_float32_ab_on_sm90_only():
     """On sm_90 the model's float32 ab with both widths in 33..64 is wgmma, valid and
-    within an SM's share at its blocks per SM; not for other architectures or none
-    (the prebuilt set's), atb, float64, the update, or a width outside 33..64."""
+    within an SM's share at its blocks per SM, with bulk copies where M is not a
+    multiple of 8 and two blocks' registers (estimated) fit with their producer
+    warps (M and N up to 56); not for other architectures or none (the prebuilt
+    set's), atb, float64, the update, or a width outside 33..64."""
     for m in range(33, 65):
         for n in range(33, 65):
             problem = Problem("ab", "float32", m, n)
@@ -341,6 +343,9 @@ def test_model_takes_wgmma_for_wide_float32_ab_on_sm90_only():
             spec = KernelSpec(problem, config)
             validate(spec)
             assert config.wgmma and occupancy_ok(spec), spec.name
+            assert config.stage_copy == "vector" or m % 8, spec.name
+            if m == n and m % 8:  # the square widths the H200 measured: bulk to 56, the register estimate's limit
+                assert (config.stage_copy == "bulk") == (m <= 56), spec.name
     for problem, arch in (
         (Problem("ab", "float32", 40, 40), ""), (Problem("ab", "float32", 40, 40), "sm_100"),
         (Problem("atb", "float32", 40, 40), "sm_90"), (Problem("ab", "float64", 40, 40), "sm_90"),
@@ -349,6 +354,26 @@ def test_model_takes_wgmma_for_wide_float32_ab_on_sm90_only():
     ):
         assert not default_config(problem, arch).wgmma
     assert not any(spec.arch_specific for spec in prebuilt_specs())
+
+
+def test_wgmma_search_offers_bulk_copies_where_m_allows():
+    """The wgmma candidates of float32 ab come with vector and bulk copies where M is
+    not a multiple of 8 (bulk ones staging out), with vector copies alone where it is;
+    the neighbours of a wgmma kernel include it with the other copies where valid."""
+    for m, bulk_expected in ((41, True), (17, True), (48, False), (40, False)):
+        problem = Problem("ab", "float32", m, m)
+        offered = [c for c in candidates(problem, limit=200, arch="sm_90") if c.wgmma]
+        copies = {c.stage_copy for c in offered}
+        assert copies == ({"vector", "bulk"} if bulk_expected else {"vector"}), (m, copies)
+        assert all(c.stage_out for c in offered if c.stage_copy == "bulk")
+        for config in offered:
+            moved = neighbours(problem, config)
+            if config.stage_copy == "bulk":
+                assert dataclasses.replace(config, stage_copy="vector") in moved
+            assert bulk_expected or all(c.stage_copy == "vector" for c in moved)
+        if bulk_expected:
+            vector = dataclasses.replace(next(c for c in offered if c.stage_copy == "bulk"), stage_copy="vector")
+            assert dataclasses.replace(vector, stage_copy="bulk") in neighbours(problem, vector)
 
 
 @pytest.mark.parametrize("op, width", [("atb", 1), ("atb", 30), ("atb", 64), ("ab", 1), ("ab", 37), ("ab", 64)])
