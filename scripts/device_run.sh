@@ -4,7 +4,7 @@
 #
 #   scripts/device_run.sh tests sanitize "bench --dtypes float64 --widths 1-64"
 #
-# Steps: tests [ARGS] (pytest -m gpu), suite (the whole pytest suite on the GPU),
+# Steps: tests [ARGS] (pytest -m gpu; repeatable), suite (the whole pytest suite on the GPU),
 # sanitize (compute-sanitizer on a kernel sample), probe (scripts/probe_bandwidth.py:
 # the DRAM bandwidth of streaming access patterns, timed per launch), bench ARGS (repeatable),
 # compare ARGS (repeatable; scripts/compare_configs.py), tune ARGS, profile SHAPES
@@ -30,13 +30,14 @@ step() {  # step NAME COMMAND...: run with a log, record status and seconds
 
 nvidia-smi --query-gpu=name,memory.total,clocks.max.sm,driver_version --format=csv,noheader >> "$summary"
 step build python3 -m pip install --no-build-isolation --no-deps -v -e . || { tail -40 "$OUT/build.log"; cat "$summary"; exit 1; }
-benches=0 tunes=0 compares=0
+benches=0 tunes=0 compares=0 test_steps=0
 for item in "$@"; do
   read -r name args <<< "$item"
   args=${args//'$OUT'/$OUT}  # a step may name $OUT unexpanded (quoted on the way here)
   case $name in
-    tests)  # ARGS may quote: "tests tests/test_gpu.py -k 'tensor_core or update'"
-      eval "step tests python3 -m pytest -m gpu -q --maxfail=25 -p no:cacheprovider --junitxml=$OUT/tests.xml $args" ;;
+    tests)  # tests, tests2, ...; ARGS may quote: "tests tests/test_gpu.py -k 'tensor_core or update'"
+      test_steps=$((test_steps + 1)); [ $test_steps -gt 1 ] && name=tests$test_steps
+      eval "step $name python3 -m pytest -m gpu -q --maxfail=25 -p no:cacheprovider --junitxml=$OUT/$name.xml $args" ;;
     suite) step suite python3 -m pytest -q -p no:cacheprovider ;;
     sanitize) step sanitize scripts/sanitize.sh ;;
     probe) step probe python3 scripts/probe_bandwidth.py --json "$OUT/probe.json" ;;
