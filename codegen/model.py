@@ -47,6 +47,11 @@ WGMMA_WIDTHS = range(33, 65)
 # (At M = N beyond 56 the register estimate keeps the model's two blocks on vector copies.)
 
 
+def registers_fit(spec: KernelSpec) -> bool:
+    """Whether blocks_per_sm blocks of ``spec`` fit one SM's registers, by the estimate."""
+    return spec.threads * max(spec.estimated_registers(), 32) * spec.config.blocks_per_sm <= SM_REGISTERS
+
+
 def _split(extent: int, widest: int) -> int:
     """Tile width: the extent itself if it fits, else the widest even split (13 -> 7+6)."""
     return extent if extent <= widest else math.ceil(extent / math.ceil(extent / widest))
@@ -150,7 +155,7 @@ def _ab_mma_config(problem: Problem) -> Config:
                         rows_per_stage=8 * tile_m * row_groups, stages=STAGES, c_source="global",
                         mma=True, blocks_per_sm=BLOCKS_PER_SM)
         probe = KernelSpec(problem, config)
-        if probe.threads * probe.estimated_registers() * BLOCKS_PER_SM <= 65536:
+        if registers_fit(probe):
             break
     # At least two passes per stage: half the barriers per row of a one-pass stage.
     row_bytes, stage_out = _ab_staging(problem, probe.smem_stride(problem.m) * problem.element_bytes)
@@ -167,7 +172,7 @@ def wgmma_config(problem: Problem) -> Config:
                     stages=STAGES, mma=True, tf32x3=True, wgmma=True, c_source="shared", stage_out=True,
                     blocks_per_sm=BLOCKS_PER_SM)
     bulk = KernelSpec(problem, dataclasses.replace(config, stage_copy="bulk"))
-    if problem.m % 8 and bulk.threads * bulk.estimated_registers() * BLOCKS_PER_SM <= SM_REGISTERS:
+    if problem.m % 8 and registers_fit(bulk):
         return bulk.config
     return config
 
@@ -228,16 +233,16 @@ def _shrink_to_fit(problem: Problem, config: Config) -> Config:
     on an H100, 2026-11-23, against 68 % before the launch bounds)."""
     while True:
         spec = KernelSpec(problem, config)
-        registers_fit = spec.threads * max(spec.estimated_registers(), 32) * config.blocks_per_sm <= SM_REGISTERS
+        registers_ok = registers_fit(spec)
         try:
             validate(spec)
-            if spec.shared_bytes <= SHARED_BUDGET and registers_fit:
+            if spec.shared_bytes <= SHARED_BUDGET and registers_ok:
                 return config
         except InvalidSpec:
             pass
         granule = math.lcm(spec.rows_per_pass, problem.vector_elements)
-        ring_binds = registers_fit and spec.reduction_bytes <= spec.config.stages * spec.stage_bytes
-        if not registers_fit and config.row_groups == 1 and config.blocks_per_sm > 1:
+        ring_binds = registers_ok and spec.reduction_bytes <= spec.config.stages * spec.stage_bytes
+        if not registers_ok and config.row_groups == 1 and config.blocks_per_sm > 1:
             config = dataclasses.replace(config, blocks_per_sm=config.blocks_per_sm - 1)
         elif ring_binds and config.rows_per_stage > granule:
             rows = max(granule, config.rows_per_stage // 2 // granule * granule)

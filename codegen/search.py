@@ -9,7 +9,7 @@ import itertools
 import math
 
 from . import mtsm
-from .model import _split, default_config, wgmma_config
+from .model import _split, default_config, registers_fit, wgmma_config
 from .mtsm import MtsmConfig, MtsmProblem, MtsmSpec
 from .spec import FLAT_MAX_M, MMA_DTYPES, VECTOR_BYTES, Config, InvalidSpec, KernelSpec, Problem, has_wgmma, validate
 
@@ -42,9 +42,7 @@ def _tile_widths(extent: int, widest: int = 8) -> list[int]:
 def occupancy_ok(spec: KernelSpec) -> bool:
     """Whether blocks_per_sm blocks of ``spec`` fit one SM's threads, registers and shared memory."""
     blocks = spec.config.blocks_per_sm
-    registers = max(spec.estimated_registers(), 32)
-    return (blocks * spec.threads <= SM_THREADS
-            and blocks * spec.threads * registers <= SM_REGISTERS
+    return (blocks * spec.threads <= SM_THREADS and registers_fit(spec)
             and blocks * spec.shared_bytes <= SM_SHARED_BYTES)
 
 
