@@ -1335,6 +1335,7 @@ def _ab_mma_tiles(spec: KernelSpec, ar: _Arith):
     tf32, wgmma = c.tf32x3, c.wgmma
     k_steps = -(-p.m // spec.mma_k) * spec.mma_k // 4  # 4-wide steps, whole m16n8k8 steps for TF32
     stride = spec.smem_stride(p.m)
+    vector = spec.fragment_vector
     if wgmma:
         n8, k8 = spec.wgmma_n, spec.wgmma_k_steps
         c_from = [
@@ -1342,10 +1343,14 @@ def _ab_mma_tiles(spec: KernelSpec, ar: _Arith):
             "// matrices of 8 columns of out x 4 of the inner index (128 contiguous bytes), those",
             f"// along the inner index 128 bytes apart, those along N {k8 * 256} bytes apart; the lo",
             f"// parts {8 * k8 * n8 * 4} bytes after the hi parts; zero past M and N.",
+            *([f"// Row k of the operand is C's row {_vector_order(vector)}: the order in which",
+               f"// a lane's {vector} neighbouring floats of A's rows serve its fragments (see the products)."]
+              if vector > 1 else []),
             "float* c_split = reinterpret_cast<float*>(tsmm_smem);",
             f"for (int e = tid; e < {8 * k8 * n8}; e += {spec.threads}) {{",
             f"  const int k = e / {n8}, n = e % {n8};",
-            f"  const tsmm_tf32_pair part = tsmm_split_tf32(k < {p.m} && n < {p.n} ? __ldg(&c[k * {p.n} + n]) : 0.0f);",
+            f"  const tsmm_tf32_pair part = tsmm_split_tf32(k < {p.m} && n < {p.n} ? "
+            f"__ldg(&c[({_vector_order(vector)}) * {p.n} + n]) : 0.0f);",
             f"  const int at = (n / 8 * {2 * k8} + k / 4) * 32 + n % 8 * 4 + k % 4;",
             "  c_split[at] = __uint_as_float(part.hi);",
             f"  c_split[{8 * k8 * n8} + at] = __uint_as_float(part.lo);",
@@ -1354,6 +1359,8 @@ def _ab_mma_tiles(spec: KernelSpec, ar: _Arith):
             "__syncthreads();",
             *(["// Lanes whose last 4-wide step reads past M (into the next staged row) keep none of it.",
                f"const unsigned inside_m = frag_k < {p.m % 4} ? 0xffffffffu : 0u;"] if p.m % 4 else []),
+            *([f"// A stage mirrors A's misalignment: {4 * vector}-byte loads where it leaves them aligned.",
+               f"const bool a_vectors = a_shift % {vector} == 0;"] if vector > 1 else []),
             f"const unsigned long long c_hi = tsmm_wgmma_desc(c_split, 128, {k8 * 256});",
             f"const unsigned long long c_lo = tsmm_wgmma_desc(c_split + {8 * k8 * n8}, 128, {k8 * 256});",
         ]
@@ -1466,8 +1473,10 @@ def _ab_mma_tiles(spec: KernelSpec, ar: _Arith):
                 "// The tensor cores truncate their float32 sums: hi x hi (acc) and the small",
                 f"// correction terms (fix) are summed apart, {k8} steps each, then added once.",
                 f"float acc[{n8 // 2}] = {{}}, fix[{n8 // 2}] = {{}};",
+                *(_vector_fragments(vector, k8, slab_at) if vector > 1 else []),
                 f"// Every k-step's A fragment, split, before the {3 * k8} wgmma of the pass read them.",
-                *[f"const tsmm_tf32_pair a{i}_{q}_{h} = tsmm_split_tf32({a_fragment(i, 2 * q + h)});"
+                *[f"const tsmm_tf32_pair a{i}_{q}_{h} = tsmm_split_tf32("
+                  f"{_vector_element(vector, i, q, h) if vector > 1 else a_fragment(i, 2 * q + h)});"
                   for q in range(k8) for h in (0, 1) for i in (0, 1)],
                 "tsmm_wgmma_fence();",
             ]
@@ -1526,6 +1535,49 @@ def _ab_mma_tiles(spec: KernelSpec, ar: _Arith):
         return lines + stores
 
     return setup, tile_pass
+
+
+def _vector_order(vector: int) -> str:
+    """wgmma with vector fragment loads (KernelSpec.fragment_vector): the row of C, as a
+    C expression of the operand's row k, at which a lane's neighbouring floats of A
+    serve its fragments. Within each run of 4 * vector rows, lane quad position t
+    (k % 4) reads floats vector * t onwards: element 2u + h serves k-step u of the
+    run, fragment half h (k % 8 / 4)."""
+    run = 4 * vector
+    steps = " + k % 16 / 8 * 2" if vector == 4 else ""
+    return f"k / {run} * {run} + k % 4 * {vector}{steps} + k % 8 / 4"
+
+
+def _vector_fragments(vector: int, k_steps: int, slab_at) -> list[str]:
+    """wgmma: the loads of a pass's A fragments, vector floats per lane and slab at
+    once (bank-conflict-free rows, see wgmma_fragment_vector), in the order of
+    _vector_order; one by one where A's misalignment leaves them unaligned."""
+    runs = k_steps * 2 // vector
+    names = [f"a{i}_v{r}" for r in range(runs) for i in (0, 1)]
+
+    def at(i: int, r: int) -> str:
+        return f"sa[{slab_at(i)} + {4 * vector * r} + {vector} * frag_k]"
+
+    def pieces(i: int, r: int) -> str:
+        first = at(i, r)[:-1]
+        return ", ".join(f"{first} + {e}]" if e else f"{first}]" for e in range(vector))
+
+    return [
+        f"// A's fragments, {vector} floats per lane and slab at once: their k-steps' inner index runs in the",
+        f"// order of C's operand rows ({vector * 4}-row runs, quad position t's floats {vector} * t onwards).",
+        f"float{vector} {', '.join(names)};",
+        "if (a_vectors) {",
+        *[f"  a{i}_v{r} = *reinterpret_cast<const float{vector}*>(&{at(i, r)});" for r in range(runs) for i in (0, 1)],
+        "} else {",
+        *[f"  a{i}_v{r} = make_float{vector}({pieces(i, r)});" for r in range(runs) for i in (0, 1)],
+        "}",
+    ]
+
+
+def _vector_element(vector: int, i: int, q: int, h: int) -> str:
+    """Slab i's element of k-step q, fragment half h, among the _vector_fragments."""
+    per_run = vector // 2
+    return f"a{i}_v{q // per_run}.{'xyzw'[2 * (q % per_run) + h]}"
 
 
 def _kernels(spec: KernelSpec, kernels: list[tuple[str, int | None, list[str]]]) -> str:

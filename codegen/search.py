@@ -126,7 +126,7 @@ def _wgmma_candidates(problem: Problem) -> dict[Config, float]:
     """3xTF32 ab through wgmma (Config.wgmma, sm_90a): one warp tile (2 slabs, all of
     N), whole warpgroups; ranked ahead of mma.sync's tiles, whose tensor cores run
     at two thirds of wgmma's rate and whose warps each hold C in registers. With
-    staged output and M not a multiple of 8, also with bulk copies (a producer warp
+    staged output and M not a multiple of 32, also with bulk copies (a producer warp
     stages A, and out leaves by bulk stores that overlap the next chunk), ranked a
     little ahead as the other kernels' bulk copies are."""
     found = {}

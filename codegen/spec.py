@@ -148,7 +148,7 @@ class Config:
                      group, with padding between groups only where a DMMA step
                      taking its rows s apart would hit a bank twice (see
                      bulk_layout; wgmma's rows are unpadded, one bulk copy a
-                     chunk, M not a multiple of 8). ab's staged output then
+                     chunk, M not a multiple of 32). ab's staged output then
                      leaves the same way, one bulk store per chunk from two
                      buffers in turn, so the store of one chunk overlaps the next.
     fma_edges        atb with mma only: the tensor cores take the result's core of whole
@@ -294,6 +294,12 @@ class KernelSpec:
     def wgmma_k_steps(self) -> int:
         """wgmma: steps of 8 along the inner index M."""
         return _ceil_div(self.problem.m, 8)
+
+    @property
+    def fragment_vector(self) -> int:
+        """wgmma: floats per load of a lane's A fragments (wgmma_fragment_vector where
+        the rows are bulk-staged, unpadded; else 1)."""
+        return wgmma_fragment_vector(self.problem.m) if self.config.wgmma and self.bulk else 1
 
     @property
     def layout(self) -> tuple[int, int, int]:
@@ -517,8 +523,20 @@ def wgmma_row_spacing(m: int) -> int:
     """Rows between the 8 rows of a wgmma A fragment (8 rows x 4 columns of floats per
     request) read from rows of m floats staged unpadded: s * m an odd multiple of 4
     puts the 8 rows in 8 distinct groups of 4 banks (odd m: s = 4, 2 mod 4: 2, 4 mod
-    8: 1). Multiples of 8 have no such s; their rows are padded by 4 floats (s = 1)."""
+    8: 1). Multiples of 8 have no such s: their rows are padded by 4 floats (s = 1),
+    or, staged unpadded, read in vectors (wgmma_fragment_vector)."""
     return next((s for s in (1, 2, 4) if s * m % 8 == 4), 1)
+
+
+def wgmma_fragment_vector(m: int) -> int:
+    """Floats a lane reads at once from unpadded staged rows of m floats, a multiple
+    of 8, for its wgmma A fragments: the k-steps' inner index is permuted (C's rows
+    with it) so that a lane's elements of one k-step (2) or of two (4) neighbour each
+    other. A request of 8- or 16-byte loads is served by half or quarter warps, 4 or
+    2 consecutive rows of 32 or 64 bytes: they take distinct banks where m is 8 or 24
+    modulo 32 (8-byte loads) or 16 modulo 32 (16-byte). 0: no such vector (multiples
+    of 32, whose rows all start in bank 0)."""
+    return {8: 2, 24: 2, 16: 4}.get(m % 32, 0) if m % 8 == 0 else 1
 
 
 def dmma_float_stride(width: int, op: str) -> int:
@@ -547,7 +565,7 @@ def _bulk_fits(spec: KernelSpec) -> bool:
         return False
     if c.wgmma:  # rows unpadded (see smem_stride): the chunk is one span. Padded rows, a bulk copy
         # each, ran float32 24 and 48 at 30 and 52 % on an H200 (performance.md, seventeenth round).
-        return p.m % 8 != 0
+        return wgmma_fragment_vector(p.m) > 0
     return p.dtype == "float64" and c.row_groups * c.tile_m % spec.row_spacing == 0
 
 
@@ -588,7 +606,7 @@ def validate(spec: KernelSpec) -> None:
     if c.stage_copy == "bulk" and not _bulk_fits(spec):
         errors.append("bulk stage copies serve DMMA atb (float64, float32), and ab with staged output and no "
                       "update: float64 DMMA whose passes hold whole groups of 8 x row spacing rows, wgmma with "
-                      "M not a multiple of 8")
+                      "M not a multiple of 32")
         raise InvalidSpec(f"{spec.name}: " + "; ".join(errors))
     if c.tf32x3 and not (c.mma and p.dtype == "float32"):
         errors.append("tf32x3 applies to float32 with mma")

@@ -83,12 +83,13 @@ BULK_CASES = [
                                        blocks_per_sm=1)),
     # wgmma (3xTF32 float32 ab, sm_90a; run on sm_90 only): A's unpadded rows read 4 and 2 apart, the
     # last 4-wide step masked past M; padded rows (a multiple of 8); C split into shared memory; bulk
-    # copies in and bulk stores out.
+    # copies in and bulk stores out, rows of a multiple of 8 read in 16- and 8-byte vectors.
     *[("ab", (m, n), "float32", Config(tile_m=2, tile_n=-(-n // 8), mapping="blocked", row_groups=4,
                                        rows_per_stage=64, mma=True, tf32x3=True, wgmma=True, c_source="shared",
                                        stage_out=stage_out, stage_copy=copy, blocks_per_sm=1))
       for m, n, stage_out, copy in ((49, 49, True, "vector"), (50, 17, False, "vector"), (40, 3, True, "vector"),
-                                    (41, 41, True, "bulk"), (50, 17, True, "bulk"))
+                                    (41, 41, True, "bulk"), (50, 17, True, "bulk"), (48, 48, True, "bulk"),
+                                    (24, 13, True, "bulk"))
       if has_wgmma(_cuda.arch())],
 ]
 for op, (m, n), dtype, config in BULK_CASES:

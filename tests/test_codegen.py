@@ -14,6 +14,7 @@ import pytest
 from jax_tsmm import _kernels
 from jax_tsmm.codegen import Config, InvalidSpec, KernelSpec, Problem, default_config, module_source, validate
 from jax_tsmm.codegen.prebuilt import prebuilt_specs
+from jax_tsmm.codegen.emit import _vector_element, _vector_order
 from jax_tsmm.codegen.search import ONE_BLOCK_STAGE_BYTES, candidates, flat_candidates, neighbours, occupancy_ok
 
 DTYPES = ("float32", "float64", "complex64", "complex128")
@@ -282,20 +283,43 @@ def test_wgmma_geometry():
 def test_wgmma_fragments_take_one_bank_per_lane_and_stay_in_their_slot(m):
     """A wgmma A fragment (8 rows row_spacing apart x 4 columns) read from staged rows
     touches 32 distinct banks; the last 4-wide step, read whole and masked, stays
-    inside the stage's area at any misalignment of the chunk; bulk-staged (M not a
-    multiple of 8) the same, the chunk one unpadded span."""
-    copies = ("vector", "bulk") if m % 8 else ("vector",)
+    inside the stage's area at any misalignment of the chunk; bulk-staged the same,
+    the chunk one unpadded span, and where M is a multiple of 8 (not of 32) each
+    phase of a request of vector loads (half or quarter warps) touches 32 distinct
+    banks."""
+    copies = ("vector", "bulk") if m % 32 else ("vector",)
     for spec in (KernelSpec(Problem("ab", "float32", m, 8), _wgmma_config(8, stage_out=True, stage_copy=copy))
                  for copy in copies):
         validate(spec)
-        s, stride = spec.row_spacing, spec.smem_stride(m)
-        assert len({(g * s * stride + t) % 32 for g in range(8) for t in range(4)}) == 32
+        s, stride, vector = spec.row_spacing, spec.smem_stride(m), spec.fragment_vector
+        lanes = 32 // vector  # one phase of the request
+        assert all(len({(g * s * stride + vector * t + run * 4 * vector + e) % 32
+                        for lane in range(phase * lanes, (phase + 1) * lanes)
+                        for g, t in [divmod(lane, 4)] for e in range(vector)}) == 32
+                   for phase in range(vector) for run in range(2 * spec.wgmma_k_steps // vector))
         largest_shift = spec.problem.vector_elements - 1
         last_read = largest_shift + (spec.config.rows_per_stage - 1) * stride + 4 * -(-m // 4) - 1
         assert last_read < spec.stage_elements()[0]
         assert not spec.groups_padded(m)
-    with pytest.raises(InvalidSpec, match="bulk") if m % 8 == 0 else contextlib.nullcontext():
+        assert vector == (1 if m % 8 or spec.config.stage_copy == "vector" else 2 if m % 16 else 4)
+    with pytest.raises(InvalidSpec, match="bulk") if m % 32 == 0 else contextlib.nullcontext():
         validate(KernelSpec(Problem("ab", "float32", m, 8), _wgmma_config(8, stage_out=True, stage_copy="bulk")))
+
+
+@pytest.mark.parametrize("vector", [2, 4])
+def test_wgmma_vector_fragments_meet_their_rows_of_c(vector):
+    """With vector fragment loads, the element a lane takes for k-step q, half h (the
+    operand's row 8 q + 4 h + t for quad position t) is the float of A's row that C's
+    row _vector_order names, and every run of 4 * vector rows is a permutation."""
+    run = 4 * vector
+    order = eval("lambda k: " + _vector_order(vector).replace("/", "//"))  # non-negative: C's division
+    for q in range(2 * run // 8):
+        for h in (0, 1):
+            for t in range(4):
+                name = _vector_element(vector, 0, q, h)  # a0_v<load>.<component>
+                load, component = int(name.split(".")[0][4:]), "xyzw".index(name.split(".")[1])
+                assert order(8 * q + 4 * h + t) == run * load + vector * t + component
+    assert sorted(order(k) for k in range(3 * run)) == list(range(3 * run))
 
 
 def test_atb_search_offers_one_block_of_large_stages_with_bulk_copies():
@@ -358,9 +382,9 @@ def test_model_takes_wgmma_for_wide_float32_ab_on_sm90_only():
 
 def test_wgmma_search_offers_bulk_copies_where_m_allows():
     """The wgmma candidates of float32 ab come with vector and bulk copies where M is
-    not a multiple of 8 (bulk ones staging out), with vector copies alone where it is;
+    not a multiple of 32 (bulk ones staging out), with vector copies alone where it is;
     the neighbours of a wgmma kernel include it with the other copies where valid."""
-    for m, bulk_expected in ((41, True), (17, True), (48, False), (40, False)):
+    for m, bulk_expected in ((41, True), (17, True), (48, True), (40, True), (32, False), (64, False)):
         problem = Problem("ab", "float32", m, m)
         offered = [c for c in candidates(problem, limit=200, arch="sm_90") if c.wgmma]
         copies = {c.stage_copy for c in offered}
@@ -535,10 +559,11 @@ def test_wgmma_kernels_compile_for_sm90a_without_spills(tmp_path):
     them, and ptxas fences the warpgroup a few times per kernel, not before every
     k-step (a select masking the last k-step made it fence 14 times at 49x49)."""
     specs = [KernelSpec(Problem("ab", "float32", m, n),
-                        _wgmma_config(n, stage_out=m % 2 == 1, blocks_per_sm=b, stage_copy=copy))
+                        _wgmma_config(n, stage_out=m % 2 == 1 or copy == "bulk", blocks_per_sm=b, stage_copy=copy))
              for m, n, b, copy in ((49, 49, 2, "vector"), (64, 64, 1, "vector"), (33, 17, 2, "vector"),
                                    (5, 3, 2, "vector"), (40, 64, 1, "vector"), (64, 1, 2, "vector"),
-                                   (17, 56, 2, "vector"), (41, 41, 1, "bulk"), (57, 9, 2, "bulk"), (63, 63, 2, "bulk"))]
+                                   (17, 56, 2, "vector"), (41, 41, 1, "bulk"), (57, 9, 2, "bulk"), (63, 63, 2, "bulk"),
+                                   (48, 48, 2, "bulk"), (56, 56, 2, "bulk"), (16, 64, 2, "bulk"))]
     source = tmp_path / "wgmma.cu"
     source.write_text(module_source(specs))
     command = [_kernels.nvcc(), "-cubin", *_kernels.target_flags(specs, "sm_90"), "-O3", "-Werror", "all-warnings",

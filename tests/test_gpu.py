@@ -406,7 +406,8 @@ def test_fma_edges_path(dtype, m, n, tile_m, tile_n, row_groups, stage_copy, tf3
 
 WGMMA_CASES = [  # M, N, row_groups, rows_per_stage, stage_out, stage_copy: A's rows read 4 apart (odd M),
     # 2 apart (2 mod 4), 1 apart (4 mod 8), padded (multiples of 8); N padded to 8-column blocks, M to
-    # k-steps of 8; bulk copies in and bulk stores out from two buffers (M not a multiple of 8)
+    # k-steps of 8; bulk copies in and bulk stores out from two buffers, rows of a multiple of 8
+    # (not of 32) unpadded and read in 16-byte (16 mod 32) or 8-byte (8 mod 16) vectors
     (49, 49, 4, 128, False, "vector"),
     (64, 64, 8, 128, True, "vector"),
     (33, 17, 4, 192, True, "vector"),
@@ -419,6 +420,11 @@ WGMMA_CASES = [  # M, N, row_groups, rows_per_stage, stage_out, stage_copy: A's 
     (50, 24, 4, 128, True, "bulk"),
     (36, 9, 8, 256, True, "bulk"),
     (5, 3, 4, 64, True, "bulk"),
+    (48, 48, 4, 128, True, "bulk"),
+    (16, 64, 8, 128, True, "bulk"),
+    (24, 13, 8, 256, True, "bulk"),
+    (40, 40, 4, 64, True, "bulk"),
+    (8, 64, 4, 128, True, "bulk"),
 ]
 
 
