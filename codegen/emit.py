@@ -1542,7 +1542,9 @@ def _vector_order(vector: int) -> str:
     C expression of the operand's row k, at which a lane's neighbouring floats of A
     serve its fragments. Within each run of 4 * vector rows, lane quad position t
     (k % 4) reads floats vector * t onwards: element 2u + h serves k-step u of the
-    run, fragment half h (k % 8 / 4)."""
+    run, fragment half h (k % 8 / 4). One float at a time: row k itself."""
+    if vector == 1:
+        return "k"
     run = 4 * vector
     steps = " + k % 16 / 8 * 2" if vector == 4 else ""
     return f"k / {run} * {run} + k % 4 * {vector}{steps} + k % 8 / 4"
