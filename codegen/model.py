@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from .spec import MMA_DTYPES, Config, InvalidSpec, KernelSpec, Problem, has_wgmma, validate
+from .spec import MMA_DTYPES, Config, InvalidSpec, KernelSpec, Problem, has_wgmma, validate, wgmma_fragment_vector
 
 TARGET_THREADS = 256
 MIN_THREADS = 128
@@ -42,9 +42,11 @@ MMA_MIN_WARPS = 8  # per block beyond 32x32; the widths up to 32x32, which ran w
 # configuration is the most frequent winner there (12 of 32 widths).
 WGMMA_WIDTHS = range(33, 65)
 # Its A staged by bulk copies (a producer warp) and out leaving by bulk stores, where M
-# is not a multiple of 8: on an H200 (2026-11-24, tuner) the winner at all 22 such
-# widths of 33..61 re-tuned, 89-113 % of the roofline against 75-92 % with vector copies.
-# (At M = N beyond 56 the register estimate keeps the model's two blocks on vector copies.)
+# is not a multiple of 32: on an H200 (2026-11-24, tuner) the winner at all 22 widths of
+# 33..61 re-tuned that are not multiples of 8, 89-113 % of the roofline against 75-92 %
+# with vector copies, and at 40, 48 and 56 (vector fragment loads: 91.8, 92.4, 103.6
+# against 87.4, 81.4, 102.0 %). (At M = N beyond 56 the register estimate keeps the
+# model's two blocks on vector copies.)
 
 
 def registers_fit(spec: KernelSpec) -> bool:
@@ -172,7 +174,7 @@ def wgmma_config(problem: Problem) -> Config:
                     stages=STAGES, mma=True, tf32x3=True, wgmma=True, c_source="shared", stage_out=True,
                     blocks_per_sm=BLOCKS_PER_SM)
     bulk = KernelSpec(problem, dataclasses.replace(config, stage_copy="bulk"))
-    if problem.m % 8 and registers_fit(bulk):
+    if wgmma_fragment_vector(problem.m) and registers_fit(bulk):
         return bulk.config
     return config
 
