@@ -1557,12 +1557,8 @@ def _vector_fragments(vector: int, k_steps: int, slab_at) -> list[str]:
     runs = k_steps * 2 // vector
     names = [f"a{i}_v{r}" for r in range(runs) for i in (0, 1)]
 
-    def at(i: int, r: int) -> str:
-        return f"sa[{slab_at(i)} + {4 * vector * r} + {vector} * frag_k]"
-
-    def pieces(i: int, r: int) -> str:
-        first = at(i, r)[:-1]
-        return ", ".join(f"{first} + {e}]" if e else f"{first}]" for e in range(vector))
+    def at(i: int, r: int, e: int = 0) -> str:
+        return f"sa[{slab_at(i)} + {4 * vector * r} + {vector} * frag_k{f' + {e}' if e else ''}]"
 
     return [
         f"// A's fragments, {vector} floats per lane and slab at once: their k-steps' inner index runs in the",
@@ -1571,7 +1567,8 @@ def _vector_fragments(vector: int, k_steps: int, slab_at) -> list[str]:
         "if (a_vectors) {",
         *[f"  a{i}_v{r} = *reinterpret_cast<const float{vector}*>(&{at(i, r)});" for r in range(runs) for i in (0, 1)],
         "} else {",
-        *[f"  a{i}_v{r} = make_float{vector}({pieces(i, r)});" for r in range(runs) for i in (0, 1)],
+        *[f"  a{i}_v{r} = make_float{vector}({', '.join(at(i, r, e) for e in range(vector))});"
+          for r in range(runs) for i in (0, 1)],
         "}",
     ]
 
