@@ -112,6 +112,14 @@ def database(arch: str, device: str = "") -> dict:
     return merged
 
 
+def other_models(arch: str, device: str = "") -> list[str]:
+    """The GPU models of ``arch``, other than ``device``, with a database file of
+    their own (the tuner times their winners on this GPU too)."""
+    own = database_path(arch, device) if device else None
+    return [json.loads(path.read_text()).get("device", "") for path in sorted(TUNING_DIR.glob(f"{arch}.*.json"))
+            if path != own]
+
+
 @functools.cache
 def _database_file(path: pathlib.Path) -> dict:
     if not path.exists():

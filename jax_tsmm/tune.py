@@ -148,11 +148,13 @@ def tune_problem(problem: Problem, ceilings: dict, limit: int, arch: str, ranges
     """Entries for the K ranges ``ranges`` (indices into K_RANGES; None: all): the fastest candidate in each
     (``real_view`` where it is the real view's), or XLA where it measured faster.
     Among the candidates, the kernel dispatch picks today for the range (the
-    shipped databases' entry for ``device``, or the model's), for a complex
-    problem the kernel dispatch picks for its real view's problem (the same
-    bytes, so its own tuned winner; an H100's complex entry otherwise stands
-    in its way on an H200), and ``refine`` rounds of
-    ``codegen.search.neighbours`` (see ``time_candidates``)."""
+    shipped databases' entry for ``device``, or the model's), the kernels it
+    picks on the architecture's other GPU models (their tuned winners: on an
+    H100, 2026-11-24, the model's float32 Aᵀ B at 33..63 ran 56-72 % of roofline
+    where the H200 had tuned 3xTF32 kernels), for a complex problem the kernel
+    dispatch picks for its real view's problem (the same bytes, so its own tuned
+    winner; an H100's complex entry otherwise stands in its way on an H200), and
+    ``refine`` rounds of ``codegen.search.neighbours`` (see ``time_candidates``)."""
     dtype = np.dtype(problem.dtype)
     specs = candidate_specs(problem, limit, arch)
     real = _dispatch.real_view_problem(problem)
@@ -162,7 +164,8 @@ def tune_problem(problem: Problem, ceilings: dict, limit: int, arch: str, ranges
         return [KernelSpec(spec.problem, c) for c in neighbours(spec.problem, spec.config)]
 
     def note(spec: KernelSpec) -> str:
-        return "  (real view)" if _dispatch.is_real_view(spec, problem.dtype) else ""
+        where = f"  (tuned on {tuned_elsewhere[spec]})" if spec in tuned_elsewhere else ""
+        return ("  (real view)" if _dispatch.is_real_view(spec, problem.dtype) else "") + where
 
     entries = []
     for index, (range_min, k_sample) in enumerate(K_RANGES):
@@ -176,7 +179,16 @@ def tune_problem(problem: Problem, ceilings: dict, limit: int, arch: str, ranges
                                      device, update=problem.update)
         real_own = None if real is None else _dispatch.select(real.op, real.dtype, real.m, real.n, k, 0, False,
                                                               arch, device, update=real.update)
-        extra = [real_own] if real_own is not None and real_own not in specs + [incumbent] else []
+        tuned_elsewhere = {}
+        for other in _dispatch.other_models(arch, device):
+            spec = _dispatch.select(problem.op, problem.dtype, problem.m, problem.n, k, 0, problem.conj, arch,
+                                    other, update=problem.update)
+            if spec is not None:
+                tuned_elsewhere.setdefault(spec, other)
+        extra = []
+        for spec in [real_own, *tuned_elsewhere]:
+            if spec is not None and spec not in specs + [incumbent] + extra:
+                extra.append(spec)
         timings = time_candidates(specs + extra, incumbent, ours, sets, roof, arch, refine, neighbours_of, note)
         entry = _entry(range_min if k_sample else largest_range_min(k), k, timings, xla_s, roof)
         best = min(timings, key=lambda t: t[0])[1]
@@ -193,8 +205,8 @@ def tune_mtsm_problem(problem: MtsmProblem, ceilings: dict, limit: int, arch: st
                       refine: int = 0, device: str = "") -> list[dict]:
     """Entries for the ranges ``ranges`` of MTSM_K_RANGES (None: all), each timed at
     M = K = its size: the fastest of ``codegen.search.mtsm_candidates``, dispatch's
-    kernel before this run and ``refine`` rounds of their neighbours, or XLA where
-    it measured faster."""
+    kernel before this run, on this GPU and on the architecture's other GPU models,
+    and ``refine`` rounds of their neighbours, or XLA where it measured faster."""
     specs = [MtsmSpec(problem, c) for c in mtsm_candidates(problem, limit)]
     ours, xla = bench.mtsm_operations(problem.transpose_a)
 
@@ -209,7 +221,10 @@ def tune_mtsm_problem(problem: MtsmProblem, ceilings: dict, limit: int, arch: st
         roof = bench.mtsm_roofline_seconds(problem.dtype, size, problem.n, size, ceilings)
         xla_s = bench.seconds_per_call(xla, sets, roof)
         incumbent = _mtsm.select(problem.dtype, problem.transpose_a, problem.n, problem.conj, size, arch, device)
-        timings = time_candidates(specs, incumbent, ours, sets, roof, arch, refine, neighbours_of)
+        elsewhere = [_mtsm.select(problem.dtype, problem.transpose_a, problem.n, problem.conj, size, arch, other)
+                     for other in _dispatch.other_models(arch, device)]
+        extra = [spec for spec in dict.fromkeys(elsewhere) if spec is not None and spec not in specs + [incumbent]]
+        timings = time_candidates(specs + extra, incumbent, ours, sets, roof, arch, refine, neighbours_of)
         entries.append(_entry(range_min, size, timings, xla_s, roof))
         del sets
     return entries

@@ -79,10 +79,39 @@ def test_dispatchs_current_kernel_is_timed_among_the_candidates(monkeypatch):
     shipped = KernelSpec(problem, dataclasses.replace(default_config(problem), unroll=3, stages=4))
     assert shipped.config not in tune.candidates(problem, 2, "sm_90")
     asked = []
+    monkeypatch.setattr(_dispatch, "other_models", lambda arch, device: [])
     monkeypatch.setattr(_dispatch, "select", lambda *args, **kwargs: asked.append(args[:5]) or shipped)
     (entry,) = tune.tune_problem(problem, CEILINGS, limit=2, arch="sm_90")
     assert asked == [("atb", "float64", 5, 5, 300)]
     assert entry["candidates"] == 3
+
+
+@pytest.mark.nvcc
+def test_kernels_tuned_on_the_architectures_other_gpu_models_compete(monkeypatch, tmp_path):
+    """On one GPU model, the kernel dispatch picks on each other model of the
+    architecture with a file of its own (its tuned winner) is timed too; this
+    model's own file is not another's."""
+    monkeypatch.setattr(tune, "K_RANGES", ((0, 300),))
+    monkeypatch.setattr(_dispatch, "TUNING_DIR", tmp_path)
+    for device in ("NVIDIA H200", "NVIDIA H100 80GB HBM3"):
+        _dispatch.database_path("sm_90", device).write_text(json.dumps({"device": device, "entries": {}}))
+    _dispatch.database_path("sm_90").write_text(json.dumps({"entries": {}}))
+    assert _dispatch.other_models("sm_90", "NVIDIA H100 80GB HBM3") == ["NVIDIA H200"]
+    assert sorted(_dispatch.other_models("sm_90")) == ["NVIDIA H100 80GB HBM3", "NVIDIA H200"]
+    problem = Problem("atb", "float64", 5, 5)
+    own = KernelSpec(problem, dataclasses.replace(default_config(problem), unroll=3, stages=4))
+    elsewhere = KernelSpec(problem, dataclasses.replace(default_config(problem), unroll=1, stages=2))
+    assert {own.config, elsewhere.config}.isdisjoint(tune.candidates(problem, 2, "sm_90"))
+    asked = []
+
+    def select(*args, **kwargs):
+        asked.append(args[8])  # the GPU model
+        return elsewhere if args[8] == "NVIDIA H200" else own
+
+    monkeypatch.setattr(_dispatch, "select", select)
+    (entry,) = tune.tune_problem(problem, CEILINGS, limit=2, arch="sm_90", device="NVIDIA H100 80GB HBM3")
+    assert asked == ["NVIDIA H100 80GB HBM3", "NVIDIA H200"]
+    assert entry["candidates"] == 4
 
 
 @pytest.mark.nvcc
