@@ -64,11 +64,11 @@ for item in "$@"; do
           python3 scripts/profile_kernels.py $flags $shape
       done
       name=${name}_${shape//:/_} ;;
-    tune)  # tune, tune2, ...: the database after each is copied out
+    tune)  # tune, tune2, ...: the databases after the latest are copied out (8 files come back at most)
       tunes=$((tunes + 1)); [ $tunes -gt 1 ] && name=tune$tunes
       # TUNE_SECONDS bounds each tune (it saves after every problem), so later steps still run.
       step $name timeout "${TUNE_SECONDS:-540}" python3 -m jax_tsmm.tune $args
-      for db in jax_tsmm/tuning/sm_90*.json; do cp "$db" "$OUT/$name-$(basename "$db")"; done ;;
+      for db in jax_tsmm/tuning/sm_90*.json; do cp "$db" "$OUT/tuned-$(basename "$db")"; done ;;
     *) echo "unknown step $name" >> "$summary"; continue ;;
   esac
   tail -25 "$OUT/$name.log"
