@@ -89,8 +89,9 @@ def test_dispatchs_current_kernel_is_timed_among_the_candidates(monkeypatch):
 @pytest.mark.nvcc
 def test_kernels_tuned_on_the_architectures_other_gpu_models_compete(monkeypatch, tmp_path):
     """On one GPU model, the kernel dispatch picks on each other model of the
-    architecture with a file of its own (its tuned winner) is timed too; this
-    model's own file is not another's."""
+    architecture with a file of its own, and on the model the architecture's file
+    was tuned on (their tuned winners), is timed too; this model's own file is not
+    another's."""
     monkeypatch.setattr(tune, "K_RANGES", ((0, 300),))
     monkeypatch.setattr(_dispatch, "TUNING_DIR", tmp_path)
     for device in ("NVIDIA H200", "NVIDIA H100 80GB HBM3"):
@@ -112,6 +113,9 @@ def test_kernels_tuned_on_the_architectures_other_gpu_models_compete(monkeypatch
     (entry,) = tune.tune_problem(problem, CEILINGS, limit=2, arch="sm_90", device="NVIDIA H100 80GB HBM3")
     assert asked == ["NVIDIA H100 80GB HBM3", "NVIDIA H200"]
     assert entry["candidates"] == 4
+    _dispatch.database_path("sm_90").write_text(json.dumps({"device": "NVIDIA H100 PCIe", "entries": {}}))
+    assert _dispatch.other_models("sm_90", "NVIDIA H200") == ["NVIDIA H100 PCIe", "NVIDIA H100 80GB HBM3"]
+    assert _dispatch.other_models("sm_90", "NVIDIA H100 PCIe") == ["NVIDIA H100 80GB HBM3", "NVIDIA H200"]
 
 
 @pytest.mark.nvcc
