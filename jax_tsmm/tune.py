@@ -159,6 +159,7 @@ def tune_problem(problem: Problem, ceilings: dict, limit: int, arch: str, ranges
     specs = candidate_specs(problem, limit, arch)
     real = _dispatch.real_view_problem(problem)
     ours, xla = bench.operations(problem.op)
+    others = _dispatch.other_models(arch, device)
 
     def neighbours_of(spec: KernelSpec) -> list[KernelSpec]:
         return [KernelSpec(spec.problem, c) for c in neighbours(spec.problem, spec.config)]
@@ -180,15 +181,13 @@ def tune_problem(problem: Problem, ceilings: dict, limit: int, arch: str, ranges
         real_own = None if real is None else _dispatch.select(real.op, real.dtype, real.m, real.n, k, 0, False,
                                                               arch, device, update=real.update)
         tuned_elsewhere = {}
-        for other in _dispatch.other_models(arch, device):
+        for other in others:
             spec = _dispatch.select(problem.op, problem.dtype, problem.m, problem.n, k, 0, problem.conj, arch,
                                     other, update=problem.update)
             if spec is not None:
                 tuned_elsewhere.setdefault(spec, other)
-        extra = []
-        for spec in [real_own, *tuned_elsewhere]:
-            if spec is not None and spec not in specs + [incumbent] + extra:
-                extra.append(spec)
+        extra = [spec for spec in dict.fromkeys([real_own, *tuned_elsewhere])
+                 if spec is not None and spec not in specs + [incumbent]]
         timings = time_candidates(specs + extra, incumbent, ours, sets, roof, arch, refine, neighbours_of, note)
         entry = _entry(range_min if k_sample else largest_range_min(k), k, timings, xla_s, roof)
         best = min(timings, key=lambda t: t[0])[1]
@@ -209,6 +208,7 @@ def tune_mtsm_problem(problem: MtsmProblem, ceilings: dict, limit: int, arch: st
     and ``refine`` rounds of their neighbours, or XLA where it measured faster."""
     specs = [MtsmSpec(problem, c) for c in mtsm_candidates(problem, limit)]
     ours, xla = bench.mtsm_operations(problem.transpose_a)
+    others = _dispatch.other_models(arch, device)
 
     def neighbours_of(spec: MtsmSpec) -> list[MtsmSpec]:
         return [MtsmSpec(problem, c) for c in mtsm_neighbours(problem, spec.config)]
@@ -222,7 +222,7 @@ def tune_mtsm_problem(problem: MtsmProblem, ceilings: dict, limit: int, arch: st
         xla_s = bench.seconds_per_call(xla, sets, roof)
         incumbent = _mtsm.select(problem.dtype, problem.transpose_a, problem.n, problem.conj, size, arch, device)
         elsewhere = [_mtsm.select(problem.dtype, problem.transpose_a, problem.n, problem.conj, size, arch, other)
-                     for other in _dispatch.other_models(arch, device)]
+                     for other in others]
         extra = [spec for spec in dict.fromkeys(elsewhere) if spec is not None and spec not in specs + [incumbent]]
         timings = time_candidates(specs + extra, incumbent, ours, sets, roof, arch, refine, neighbours_of)
         entries.append(_entry(range_min, size, timings, xla_s, roof))
