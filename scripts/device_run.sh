@@ -6,7 +6,8 @@
 #
 # Steps: tests [ARGS] (pytest -m gpu; repeatable), suite (the whole pytest suite on the GPU),
 # sanitize (compute-sanitizer on a kernel sample), probe (scripts/probe_bandwidth.py:
-# the DRAM bandwidth of streaming access patterns, timed per launch), bench ARGS (repeatable),
+# the DRAM bandwidth of streaming access patterns, timed per launch), clocks SHAPES
+# (scripts/clocks_under_load.py: SM clock and power while each shape runs for seconds), bench ARGS (repeatable),
 # compare ARGS (repeatable; scripts/compare_configs.py), tune ARGS, profile SHAPES
 # and profile_xla SHAPES (Nsight Compute, with the pipes' utilization and the
 # instruction mix; scripts/profile_kernels.py), durations
@@ -41,6 +42,7 @@ for item in "$@"; do
     suite) step suite python3 -m pytest -q -p no:cacheprovider ;;
     sanitize) step sanitize scripts/sanitize.sh ;;
     probe) step probe python3 scripts/probe_bandwidth.py --json "$OUT/probe.json" ;;
+    clocks) step clocks python3 scripts/clocks_under_load.py $args --json "$OUT/clocks.json" ;;
     bench)  # bench, bench2, ...: one JSON, Markdown and PNG each
       benches=$((benches + 1)); [ $benches -gt 1 ] && name=bench$benches
       step $name python3 -m jax_tsmm.bench $args --json "$OUT/$name.json" --plot "$OUT/$name.png" ;;
