@@ -30,6 +30,15 @@ WAVES = 8
 # mma.sync). Its shared loads' issue slots come on top: on an H200 (2026-11-24) edges
 # of 1 and 2 won, wider ones lost (performance.md, sixteenth round).
 EDGE_COST = 2
+# 3xTF32 atb with one block of bulk copies also takes warp tiles of up to 36 blocks,
+# scored with 8 warps per SM as enough. On an H200, whose 700 W power cap lowers the
+# SM clock under these kernels (to about 1500-1750 MHz, 2026-11-24), a warp that
+# loads and splits each staged element once for more products ran ahead with fewer
+# warps in loops of 0.4 s: 48x48 as one 6x6 tile per warp (5 warps per SM) at 81 %
+# of the read roofline against 73 % for 6x2 (13 warps), 50x50 with 4x7 at 73 %
+# against 66 % for 2x7 (performance.md, twenty-first round).
+LARGE_TILE_BLOCKS = 36
+LARGE_TILE_WARPS = 8
 FLAT_THREADS = (256, 128, 512)  # the first is the flat mapping's own starting point
 FLAT_PASSES = (4, 1, 16)
 FLAT_WAVES = (8, 1, 64)
@@ -64,7 +73,8 @@ def score(spec: KernelSpec) -> float:
     else:
         useful = p.n / (spec.tiles_m * c.tile_n) * c.tile_m / paired_m
     warps = c.blocks_per_sm * spec.threads / 32
-    return reuse * latency * useful * min(1.0, warps / 16)
+    enough = LARGE_TILE_WARPS if c.tf32x3 and p.op == "atb" and c.tile_m * c.tile_n > 16 else 16
+    return reuse * latency * useful * min(1.0, warps / enough)
 
 
 def _stage_outs(problem: Problem) -> tuple[bool, ...]:
@@ -97,10 +107,12 @@ def _mma_candidates(problem: Problem, arch: str) -> dict[Config, float]:
     for tile_m, tile_n, row_groups, stage_bytes, stages, blocks, stage_out, stage_copy, tf32x3, fma_edges in \
         itertools.product(range(1, 9), range(1, 9), (1, 2, 3, 4, 8), stage_sizes, (2, 3, 4, 6), (1, 2, 3),
                           _stage_outs(problem), ("vector", "bulk") if bulk else ("vector",), tf32_options, edge_options):
-        if tile_m * tile_n > 16 or stages == 6 and not (stage_copy == "bulk" and blocks == 1):
+        if stages == 6 and not (stage_copy == "bulk" and blocks == 1):
             continue  # a deep ring serves one block of bulk copies only (nothing else keeps it full)
         one_block = stage_bytes == ONE_BLOCK_STAGE_BYTES
         if one_block and not (stage_copy == "bulk" and blocks == 1 and stages == 2):
+            continue
+        if tile_m * tile_n > (LARGE_TILE_BLOCKS if tf32x3 and one_block else 16):
             continue
         per_pass = KernelSpec(problem, Config(row_groups=row_groups, mma=True, tf32x3=tf32x3,
                                               stage_copy=stage_copy)).rows_per_pass if atb else 8 * tile_m * row_groups

@@ -139,7 +139,7 @@ def _entry(k_min: int, k: int, timings: list, xla_s: float, roof: float) -> dict
         "config": dataclasses.asdict(best.config) if best_s < xla_s else None,
         "tsmm_s": best_s, "tsmm_pct": 100 * roof / best_s,
         "xla_s": xla_s, "xla_pct": 100 * roof / xla_s,
-        "candidates": len(timings),
+        "candidates": len(timings), "loop_seconds": bench.LOOP_SECONDS,
     }
 
 
@@ -346,10 +346,13 @@ def main(argv=None) -> None:
                         help="record bench reports' measurements instead of tuning")
     parser.add_argument("--xla-aligned-from", type=pathlib.Path, nargs="+", default=None,
                         help="record where K sweeps of atb at power-of-two K found XLA faster")
+    parser.add_argument("--loop-seconds", type=float, default=bench.LOOP_SECONDS,
+                        help="length of each timed loop (0.3 and more: the clock a power cap settles at)")
     parser.add_argument("--device-db", action="store_true",
                         help="write the database of the GPU model (this GPU's, or the bench reports'), "
                              "whose entries for a key serve from their lowest K range up")
     args = parser.parse_args(argv)
+    bench.set_loop_seconds(args.loop_seconds)
     if args.from_bench:
         reports = [json.loads(p.read_text()) for p in args.from_bench]
         devices = {report["device"] for report in reports}

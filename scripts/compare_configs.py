@@ -1,7 +1,8 @@
 """Time variants of the model's configuration side by side, with XLA's dot, on one GPU.
 
     python3 scripts/compare_configs.py atb:float64:58:58 ab:float64:7:7 \
-        --vary stage_copy=vector,element [--vary blocks_per_sm=1,2] [--k 65536] [--flat | --tuned] [--json out.json]
+        --vary stage_copy=vector,element [--vary blocks_per_sm=1,2] [--k 65536] [--flat | --tuned] \
+        [--loop-seconds 0.3] [--json out.json]
 
 For each shape (op:dtype:M:N; op atb, ab or ab_update) the model's configuration
 (with --flat, the flat mapping's starting point; with --tuned, the kernel the
@@ -60,8 +61,11 @@ def main() -> None:
                         help="vary the flat mapping's starting point (ab) instead of the model's configuration")
     parser.add_argument("--tuned", action="store_true",
                         help="vary the tuning database's kernel for the shape (the model's where it has none)")
+    parser.add_argument("--loop-seconds", type=float, default=bench.LOOP_SECONDS,
+                        help="length of each timed loop (0.3 and more: the clock a power cap settles at)")
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
+    bench.set_loop_seconds(args.loop_seconds)
     jax.config.update("jax_enable_x64", True)
     if not _cuda.register_targets():
         raise SystemExit("needs a GPU and the CUDA extension")
