@@ -35,3 +35,20 @@ def test_markdown_names_the_kernel_of_each_row():
     assert "| kernel |" in table[2]
     for line, (_, label) in zip(table[4:], rows):
         assert line.split(" | ")[5] == label
+
+
+def test_timed_loops_last_loop_seconds(monkeypatch):
+    """Each timed loop makes enough trips to last LOOP_SECONDS at the expected time
+    per call (longer loops time the clock a power cap settles at)."""
+    trips = []
+
+    def fake_loop(op, sets, updates_last):
+        return lambda n: trips.append(n)
+
+    monkeypatch.setattr(bench, "_timed_loop", fake_loop)
+    monkeypatch.setattr(bench.jax, "block_until_ready", lambda x: x)
+    for seconds, expected in ((0.02, 10), (0.3, 150)):
+        monkeypatch.setattr(bench, "LOOP_SECONDS", seconds)
+        trips.clear()
+        bench.seconds_per_call(None, [(), ()], 1e-3, repeats=2)
+        assert trips == [1, expected, 1, expected, 1]

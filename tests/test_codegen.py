@@ -15,7 +15,8 @@ from jax_tsmm import _kernels
 from jax_tsmm.codegen import Config, InvalidSpec, KernelSpec, Problem, default_config, module_source, validate
 from jax_tsmm.codegen.prebuilt import prebuilt_specs
 from jax_tsmm.codegen.emit import _vector_element, _vector_order
-from jax_tsmm.codegen.search import ONE_BLOCK_STAGE_BYTES, candidates, flat_candidates, neighbours, occupancy_ok
+from jax_tsmm.codegen.search import (LARGE_TILE_BLOCKS, ONE_BLOCK_STAGE_BYTES, candidates, flat_candidates, neighbours,
+                                     occupancy_ok)
 
 DTYPES = ("float32", "float64", "complex64", "complex128")
 
@@ -343,6 +344,26 @@ def test_atb_search_offers_one_block_of_large_stages_with_bulk_copies():
             assert (config.stage_copy, config.blocks_per_sm, config.stages) == ("bulk", 1, 2)
             assert spec.stage_bytes <= ONE_BLOCK_STAGE_BYTES and occupancy_ok(spec)
         assert not any(large(problem, c) for c in candidates(problem, 64, "sm_80"))
+
+
+def test_tf32_atb_search_offers_large_warp_tiles_with_one_block():
+    """3xTF32 atb with one block of bulk copies may take warp tiles of more than 16
+    blocks (up to LARGE_TILE_BLOCKS), which an H200 under its power cap ran ahead,
+    and ranks them among the first candidates; every other tensor-core
+    configuration keeps to 16 blocks a warp."""
+    for width in (44, 53):
+        problem = Problem("atb", "float32", width, width)
+        offered = candidates(problem, 64, "sm_90")
+        large = [c for c in offered if c.tile_m * c.tile_n > 16]
+        assert any(c in large for c in offered[:5]), width
+        for config in large:
+            spec = KernelSpec(problem, config)
+            validate(spec)
+            assert config.tile_m * config.tile_n <= LARGE_TILE_BLOCKS
+            assert config.tf32x3 and (config.stage_copy, config.blocks_per_sm, config.stages) == ("bulk", 1, 2)
+            assert occupancy_ok(spec)
+    for problem in (Problem("atb", "float64", 48, 48), Problem("ab", "float32", 48, 48)):
+        assert all(c.tile_m * c.tile_n <= 16 for c in candidates(problem, 64, "sm_90") if c.mma and not c.wgmma)
 
 
 def test_wgmma_candidates_for_float32_ab_on_sm90_only():

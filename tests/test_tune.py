@@ -25,11 +25,13 @@ CEILINGS = {
 def test_tune_problem_covers_every_k_range(monkeypatch):
     monkeypatch.setattr(tune, "K_RANGES", ((0, 300), (1000, 2000)))
     problem = Problem("atb", "float32", 3, 2)
+    monkeypatch.setattr(tune.bench, "LOOP_SECONDS", 0.005)
     entries = tune.tune_problem(problem, CEILINGS, limit=3, arch="sm_90")
     assert [e["k_min"] for e in entries] == [0, 1000]
     assert [e["k_tuned"] for e in entries] == [300, 2000]
     for entry in entries:
         assert entry["candidates"] == 3 and entry["tsmm_s"] > 0 and entry["xla_s"] > 0
+        assert entry["loop_seconds"] == 0.005  # how the entry was timed
         if entry["config"] is not None:
             assert entry["tsmm_s"] < entry["xla_s"]
             validate(KernelSpec(problem, Config(**entry["config"])))
