@@ -115,6 +115,7 @@ def seconds_per_call(op, operand_sets, expected_seconds: float, *, repeats: int 
 
 
 def set_loop_seconds(seconds: float) -> None:
+    """The length of every timed loop from now on (the command lines' --loop-seconds)."""
     global LOOP_SECONDS
     LOOP_SECONDS = seconds
 

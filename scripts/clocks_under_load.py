@@ -29,21 +29,24 @@ from jax_tsmm import bench
 
 jax.config.update("jax_enable_x64", True)
 
+
 def smi(query: str) -> subprocess.CompletedProcess:
     return subprocess.run(["nvidia-smi", f"--query-gpu={query}", "--format=csv,noheader,nounits"],
                           capture_output=True, text=True)
 
 
-# Older drivers name the reasons clocks_throttle_reasons.
-REASONS_FIELD = next((f for f in ("clocks_event_reasons.active", "clocks_throttle_reasons.active")
-                      if smi(f).returncode == 0), None)
-QUERY = f"clocks.sm,power.draw,temperature.gpu,{REASONS_FIELD}"
+def sample_query() -> str:
+    """The fields sample_forever reads; older drivers name the reasons clocks_throttle_reasons."""
+    for reasons in ("clocks_event_reasons.active", "clocks_throttle_reasons.active"):
+        if smi(reasons).returncode == 0:
+            return f"clocks.sm,power.draw,temperature.gpu,{reasons}"
+    raise SystemExit("nvidia-smi reports no clock-event reasons")
 
 
-def sample_forever(samples: list, stop: threading.Event) -> None:
+def sample_forever(query: str, samples: list, stop: threading.Event) -> None:
     """Append (time, SM MHz, watts, degrees C, event-reason bits) about every 50 ms."""
     while not stop.is_set():
-        line = smi(QUERY).stdout.strip().splitlines()[0]
+        line = smi(query).stdout.strip().splitlines()[0]
         clock, watts, degrees, reasons = (field.strip() for field in line.split(","))
         samples.append((time.perf_counter(), float(clock), float(watts), float(degrees), int(reasons, 16)))
         stop.wait(0.05)
@@ -54,7 +57,7 @@ REASONS = {0x1: "idle", 0x4: "sw power cap", 0x8: "hw slowdown", 0x20: "sw therm
            0x80: "hw power brake"}
 
 
-def run_shape(shape: str, xla: bool, seconds: float, ceilings: dict) -> dict:
+def run_shape(shape: str, xla: bool, seconds: float, ceilings: dict, query: str) -> dict:
     op, dtype, m, n = shape.split(":")
     m, n = int(m), int(n)
     k = bench.problem_rows(m, n, dtype)
@@ -65,7 +68,7 @@ def run_shape(shape: str, xla: bool, seconds: float, ceilings: dict) -> dict:
     loop = bench._timed_loop(xla_dot if xla else ours, sets, updates_last=False)
     jax.block_until_ready(loop(1))  # compile, warm up
     samples, stop = [], threading.Event()
-    sampler = threading.Thread(target=sample_forever, args=(samples, stop))
+    sampler = threading.Thread(target=sample_forever, args=(query, samples, stop))
     sampler.start()
     time.sleep(0.3)  # the clocks at rest
     start = time.perf_counter()
@@ -105,12 +108,13 @@ def main() -> None:
     args = parser.parse_args()
     print(subprocess.run(["nvidia-smi", "--query-gpu=name,clocks.max.sm,power.limit", "--format=csv,noheader"],
                          capture_output=True, text=True).stdout.strip(), flush=True)
+    query = sample_query()
     ceilings = bench.measure_ceilings()
     rows = []
     for shape in args.shapes:
-        rows.append(run_shape(shape, False, args.seconds, ceilings))
+        rows.append(run_shape(shape, False, args.seconds, ceilings, query))
         if args.xla:
-            rows.append(run_shape(shape, True, args.seconds, ceilings))
+            rows.append(run_shape(shape, True, args.seconds, ceilings, query))
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"device": jax.devices()[0].device_kind, "ceilings": ceilings, "rows": rows}, f, indent=1)
