@@ -30,6 +30,7 @@ WAVES = 8
 # mma.sync). Its shared loads' issue slots come on top: on an H200 (2026-11-24) edges
 # of 1 and 2 won, wider ones lost (performance.md, sixteenth round).
 EDGE_COST = 2
+TILE_BLOCKS = 16  # the most 8x8 blocks of a tensor-core warp tile, but for LARGE_TILE_BLOCKS
 # 3xTF32 atb with one block of bulk copies also takes warp tiles of up to 36 blocks,
 # scored with 8 warps per SM as enough. On an H200, whose 700 W power cap lowers the
 # SM clock under these kernels (to about 1500-1750 MHz, 2026-11-24), a warp that
@@ -73,7 +74,7 @@ def score(spec: KernelSpec) -> float:
     else:
         useful = p.n / (spec.tiles_m * c.tile_n) * c.tile_m / paired_m
     warps = c.blocks_per_sm * spec.threads / 32
-    enough = LARGE_TILE_WARPS if c.tf32x3 and p.op == "atb" and c.tile_m * c.tile_n > 16 else 16
+    enough = LARGE_TILE_WARPS if c.tf32x3 and p.op == "atb" and c.tile_m * c.tile_n > TILE_BLOCKS else 16
     return reuse * latency * useful * min(1.0, warps / enough)
 
 
@@ -112,7 +113,7 @@ def _mma_candidates(problem: Problem, arch: str) -> dict[Config, float]:
         one_block = stage_bytes == ONE_BLOCK_STAGE_BYTES
         if one_block and not (stage_copy == "bulk" and blocks == 1 and stages == 2):
             continue
-        if tile_m * tile_n > (LARGE_TILE_BLOCKS if tf32x3 and one_block else 16):
+        if tile_m * tile_n > (LARGE_TILE_BLOCKS if tf32x3 and one_block else TILE_BLOCKS):
             continue
         per_pass = KernelSpec(problem, Config(row_groups=row_groups, mma=True, tf32x3=tf32x3,
                                               stage_copy=stage_copy)).rows_per_pass if atb else 8 * tile_m * row_groups

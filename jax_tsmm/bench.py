@@ -120,6 +120,12 @@ def set_loop_seconds(seconds: float) -> None:
     LOOP_SECONDS = seconds
 
 
+def add_loop_seconds_option(parser: argparse.ArgumentParser) -> None:
+    """--loop-seconds, for the command lines that time kernels (pass its value to set_loop_seconds)."""
+    parser.add_argument("--loop-seconds", type=float, default=LOOP_SECONDS,
+                        help="length of each timed loop (0.3 and more: the clock a power cap settles at)")
+
+
 # --- ceilings ------------------------------------------------------------------
 
 
@@ -422,8 +428,7 @@ def main(argv=None) -> None:
     parser.add_argument("--k-sweep-k", default=",".join(map(str, K_SWEEP)), help="K values of the K sweep")
     parser.add_argument("--model", action="store_true",
                         help="time the model's kernels, ignoring the tuning database")
-    parser.add_argument("--loop-seconds", type=float, default=LOOP_SECONDS,
-                        help="length of each timed loop (0.3 and more: the clock a power cap settles at)")
+    add_loop_seconds_option(parser)
     parser.add_argument("--json", default="bench.json")
     parser.add_argument("--plot", default="bench.png")
     args = parser.parse_args(argv)

@@ -346,8 +346,7 @@ def main(argv=None) -> None:
                         help="record bench reports' measurements instead of tuning")
     parser.add_argument("--xla-aligned-from", type=pathlib.Path, nargs="+", default=None,
                         help="record where K sweeps of atb at power-of-two K found XLA faster")
-    parser.add_argument("--loop-seconds", type=float, default=bench.LOOP_SECONDS,
-                        help="length of each timed loop (0.3 and more: the clock a power cap settles at)")
+    bench.add_loop_seconds_option(parser)
     parser.add_argument("--device-db", action="store_true",
                         help="write the database of the GPU model (this GPU's, or the bench reports'), "
                              "whose entries for a key serve from their lowest K range up")

@@ -61,8 +61,7 @@ def main() -> None:
                         help="vary the flat mapping's starting point (ab) instead of the model's configuration")
     parser.add_argument("--tuned", action="store_true",
                         help="vary the tuning database's kernel for the shape (the model's where it has none)")
-    parser.add_argument("--loop-seconds", type=float, default=bench.LOOP_SECONDS,
-                        help="length of each timed loop (0.3 and more: the clock a power cap settles at)")
+    bench.add_loop_seconds_option(parser)
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
     bench.set_loop_seconds(args.loop_seconds)
