@@ -411,35 +411,52 @@ def dmma_products(tm: int, tn: int, acc, a, b) -> list[str]:
     return lines
 
 
-def tf32_products(tm: int, tn: int, acc, a, b, terms=("lo_hi", "hi_lo", "hi_hi")) -> list[str]:
+def tf32_products(tm: int, tn: int, acc, a, b, terms=("lo_hi", "hi_lo", "hi_hi"), lone_transposed=False) -> list[str]:
     """The 3xTF32 steps of a tm x tn tile of 8x8 blocks (Config.tf32x3): blocks i
-    and i+1 stacked along M share B, one m16n8k8 each (a lone last block pads its
-    partner's rows with zeros into ``spare``); ``a(i, h)`` and ``b(j, h)`` name the
-    split fragments of the step's two k halves, ``acc(i, j)`` block (i, j)'s pair
-    of sums. The small terms go first, so the sum carries them before it grows."""
+    and i+1 stacked along M share B, one m16n8k8 each; ``a(i, h)`` and ``b(j, h)``
+    name the split fragments of the step's two k halves, ``acc(i, j)`` block
+    (i, j)'s pair of sums. A lone last block of M pads its partner's rows with
+    zeros into ``spare``; with ``lone_transposed`` it computes its blocks transposed
+    instead, B's blocks j and j+1 as the 16 rows and its own fragments as the 8
+    columns (the same registers: an A fragment's rows are a B fragment's columns),
+    in ceil(tn / 2) steps, not tn, its sums then holding [lane%4 * 2 + h][lane/4]
+    of each block. The small terms go first, so the sum carries them before it
+    grows."""
     lines = []
     for term in terms:
         x, y = term.split("_")
-        for i in range(0, tm, 2):
+        for i in range(0, tm - tm % 2, 2):
             for j in range(tn):
-                low = (f"{acc(i + 1, j)}_0", f"{acc(i + 1, j)}_1") if i + 1 < tm else ("spare_0", "spare_1")
-                a_low = [f"{a(i + 1, h)}.{x}" if i + 1 < tm else "0u" for h in (0, 1)]
                 lines.append(
-                    f"tsmm_mma_tf32({acc(i, j)}_0, {acc(i, j)}_1, {low[0]}, {low[1]}, {a(i, 0)}.{x}, {a_low[0]}, "
-                    f"{a(i, 1)}.{x}, {a_low[1]}, {b(j, 0)}.{y}, {b(j, 1)}.{y});")
+                    f"tsmm_mma_tf32({acc(i, j)}_0, {acc(i, j)}_1, {acc(i + 1, j)}_0, {acc(i + 1, j)}_1, "
+                    f"{a(i, 0)}.{x}, {a(i + 1, 0)}.{x}, {a(i, 1)}.{x}, {a(i + 1, 1)}.{x}, {b(j, 0)}.{y}, {b(j, 1)}.{y});")
+        if tm % 2 and not lone_transposed:
+            i = tm - 1
+            lines += [f"tsmm_mma_tf32({acc(i, j)}_0, {acc(i, j)}_1, spare_0, spare_1, {a(i, 0)}.{x}, 0u, "
+                      f"{a(i, 1)}.{x}, 0u, {b(j, 0)}.{y}, {b(j, 1)}.{y});" for j in range(tn)]
+        elif tm % 2:
+            i = tm - 1
+            for j in range(0, tn, 2):
+                low = (f"{acc(i, j + 1)}_0", f"{acc(i, j + 1)}_1") if j + 1 < tn else ("spare_0", "spare_1")
+                b_low = [f"{b(j + 1, h)}.{y}" if j + 1 < tn else "0u" for h in (0, 1)]
+                lines.append(
+                    f"tsmm_mma_tf32({acc(i, j)}_0, {acc(i, j)}_1, {low[0]}, {low[1]}, {b(j, 0)}.{y}, {b_low[0]}, "
+                    f"{b(j, 1)}.{y}, {b_low[1]}, {a(i, 0)}.{x}, {a(i, 1)}.{x});")
     return lines
 
 
-def tf32_partial_sums(tm: int, tn: int) -> list[str]:
+def tf32_partial_sums(tm: int, tn: int, lone_transposed=False) -> list[str]:
     """3xTF32's partial sums of a tm x tn tile of 8x8 blocks, beside its totals
     ``acc_i_j_h``: ``part_i_j_h`` (the tensor cores' float32 sums, which they
-    truncate, so callers keep them short), a zero partner for a lone last block of
-    M, and ``flush()``, which adds the parts to the totals (rounding to nearest)
-    and starts them again from zero."""
+    truncate, so callers keep them short), the zero partner that tf32_products
+    (with the same ``lone_transposed``) leaves a lone block, and ``flush()``, which
+    adds the parts to the totals (rounding to nearest) and starts them again from
+    zero."""
     blocks = [(i, j, h) for i in range(tm) for j in range(tn) for h in range(2)]
+    spare = tm % 2 and (tn % 2 or not lone_transposed)
     return [
         f"float {', '.join(f'part_{i}_{j}_{h} = 0' for i, j, h in blocks)};",
-        *(["float spare_0 = 0, spare_1 = 0;  // a lone last block's zero partner"] if tm % 2 else []),
+        *(["float spare_0 = 0, spare_1 = 0;  // a lone block's zero partner"] if spare else []),
         "auto flush = [&]() {",
         *[f"  acc_{i}_{j}_{h} += part_{i}_{j}_{h};" for i, j, h in blocks],
         f"  {' = '.join(f'part_{i}_{j}_{h}' for i, j, h in blocks)} = 0;",
@@ -789,7 +806,7 @@ def _atb_mma_body(spec: KernelSpec, ar: _Arith) -> tuple[list[str], list[tuple[s
             ]
         if tf32:
             return lines + tf32_products(tm, tn, lambda i, j: f"part_{i}_{j}", lambda i, h: f"a{i}_{h}",
-                                         lambda j, h: f"b{j}_{h}")
+                                         lambda j, h: f"b{j}_{h}", lone_transposed=True)
         return lines + dmma_products(tm, tn, lambda i, j: f"acc_{i}_{j}", lambda i: f"a{i}", lambda j: f"b{j}")
 
     # fma_edges: slot `edge_slot` takes rows edge_slot + u * slots of the result against the
@@ -846,7 +863,7 @@ def _atb_mma_body(spec: KernelSpec, ar: _Arith) -> tuple[list[str], list[tuple[s
         "// The tensor cores truncate their float32 sums: `part` sums at most 8 k-steps",
         f"// ({flush_every} row step{'s' if flush_every > 1 else ''}) from zero, then `flush` adds it to the totals,"
         " which round to nearest.",
-        *tf32_partial_sums(tm, tn),
+        *tf32_partial_sums(tm, tn, lone_transposed=True),
     ] if tf32 else []
     if tf32:
         step_comment = (f"// {step_rows} rows: {s} m16n8k8 k-step(s) per two 8x8 blocks, each taking a DMMA"
@@ -871,7 +888,11 @@ def _atb_mma_body(spec: KernelSpec, ar: _Arith) -> tuple[list[str], list[tuple[s
         f"const int warp_n = warp / {warps_m};",
         *(["// PTX m16n8k8 tf32 fragments: A (16x8, row) holds [lane/4 (+8)][lane%4 (+4)], B (8x8,",
            "// col) [lane%4 (+4)][lane/4], D (16x8) [lane/4 (+8)][2*(lane%4) + h]: per 8x8 block, a",
-           "// DMMA k-step's fragments in each k half."] if tf32 else
+           "// DMMA k-step's fragments in each k half.",
+           *([f"// Block row {tm - 1} has no partner: it runs transposed, N's blocks j and j+1 as the",
+              "// 16 rows against its 8 columns, which pads no rows (or half a step, at an odd",
+              "// last j) where a zero partner would pad half of every step; its sums hold",
+              "// [2*(lane%4) + h][lane/4] of each block."] if tm % 2 else [])] if tf32 else
           ["// PTX m8n8k4 f64 fragments: A (8x4, row) holds [lane/4][lane%4], B (4x8, col)",
            "// [lane%4][lane/4], D (8x8) [lane/4][2*(lane%4) + h]."]),
         "// Columns past M or N are clamped for reading; their results are never stored.",
@@ -901,10 +922,12 @@ def _atb_mma_body(spec: KernelSpec, ar: _Arith) -> tuple[list[str], list[tuple[s
     body += edge_quad_sums
     outputs = []
     for i in range(tm):
+        lone = tf32 and i == tm - 1 and tm % 2  # transposed (tf32_products)
         for j in range(tn):
             for h in range(2):
-                m = f"((warp_m * {tm} + {i}) * 8 + lane / 4)"
-                n = f"((warp_n * {tn} + {j}) * 8 + 2 * (lane % 4) + {h})"
+                d_row, d_col = "lane / 4", f"2 * (lane % 4) + {h}"
+                m = f"((warp_m * {tm} + {i}) * 8 + {d_col if lone else d_row})"
+                n = f"((warp_n * {tn} + {j}) * 8 + {d_row if lone else d_col})"
                 outputs.append((f"acc_{i}_{j}_{h}", m, n, f"{m} < {min(core_m, p.m)} && {n} < {min(core_n, p.n)}"))
     for u in range(m_units):
         for q in range(edge_n):

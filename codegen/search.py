@@ -64,14 +64,16 @@ def score(spec: KernelSpec) -> float:
     reuse = c.tile_m * c.tile_n / (c.tile_m + c.tile_n)
     in_flight = c.blocks_per_sm * (c.stages - 1) * spec.stage_bytes
     latency = min(1.0, in_flight / (48 * 1024))
-    # 3xTF32 computes 8-row blocks of M (ab: slabs) in pairs: a lone one costs a pair.
-    paired_m = c.tile_m + c.tile_m % 2 if c.tf32x3 else c.tile_m
+    # 3xTF32 computes 8-row blocks of M (ab: slabs) in pairs: ab's lone one costs a
+    # pair; atb's runs transposed, pairing N's blocks, and pads half a step at an odd tile_n.
     if p.op == "atb":
-        tiles = spec.tiles_m * paired_m * spec.tiles_n * c.tile_n
+        tile_blocks = c.tile_m * c.tile_n + (c.tile_m % 2 * c.tile_n % 2 if c.tf32x3 else 0)
+        tiles = spec.tiles_m * spec.tiles_n * tile_blocks
         if c.fma_edges:  # an edge entry on the FMA units costs about two of a block's on the tensor cores
             tiles += EDGE_COST * (p.m * p.n - 64 * spec.mma_blocks(p.m) * spec.mma_blocks(p.n)) / 64
         useful = p.m * p.n / tiles
     else:
+        paired_m = c.tile_m + c.tile_m % 2 if c.tf32x3 else c.tile_m
         useful = p.n / (spec.tiles_m * c.tile_n) * c.tile_m / paired_m
     warps = c.blocks_per_sm * spec.threads / 32
     enough = LARGE_TILE_WARPS if c.tf32x3 and p.op == "atb" and c.tile_m * c.tile_n > TILE_BLOCKS else 16

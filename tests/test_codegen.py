@@ -14,7 +14,7 @@ import pytest
 from jax_tsmm import _kernels
 from jax_tsmm.codegen import Config, InvalidSpec, KernelSpec, Problem, default_config, module_source, validate
 from jax_tsmm.codegen.prebuilt import prebuilt_specs
-from jax_tsmm.codegen.emit import _vector_element, _vector_order
+from jax_tsmm.codegen.emit import _vector_element, _vector_order, kernel_source
 from jax_tsmm.codegen.search import (LARGE_TILE_BLOCKS, ONE_BLOCK_STAGE_BYTES, candidates, flat_candidates, neighbours,
                                      occupancy_ok)
 
@@ -364,6 +364,25 @@ def test_tf32_atb_search_offers_large_warp_tiles_with_one_block():
             assert occupancy_ok(spec)
     for problem in (Problem("atb", "float64", 48, 48), Problem("ab", "float32", 48, 48)):
         assert all(c.tile_m * c.tile_n <= 16 for c in candidates(problem, 64, "sm_90") if c.mma and not c.wgmma)
+
+
+@pytest.mark.parametrize("tile_m, tile_n, steps", [(5, 5, 2 * 5 + 3), (5, 4, 2 * 4 + 2), (3, 1, 1 + 1), (4, 3, 2 * 3)])
+def test_tf32_atb_lone_block_runs_transposed(tile_m, tile_n, steps):
+    """3xTF32 atb computes a lone 8-row block of M against pairs of N's blocks (the
+    transposed product): a tile_m x tile_n warp tile takes (tile_m // 2) * tile_n +
+    ceil(tile_n / 2) m16n8k8 steps per term where a zero partner would take
+    ceil(tile_m / 2) * tile_n, and the lone row's sums are stored transposed."""
+    problem = Problem("atb", "float32", 8 * tile_m, 8 * tile_n)
+    spec = KernelSpec(problem, Config(tile_m=tile_m, tile_n=tile_n, mapping="blocked", row_groups=2,
+                                      rows_per_stage=64, stages=3, mma=True, tf32x3=True))
+    validate(spec)
+    source = kernel_source(spec)
+    assert source.count("tsmm_mma_tf32(") == 3 * steps
+    assert ("spare_0" in source) == bool(tile_m % 2 and tile_n % 2)
+    if tile_m % 2:
+        lone_row = f"((warp_m * {tile_m} + {tile_m - 1}) * 8 + 2 * (lane % 4) + 1)"
+        assert f"partial[{lone_row} * {problem.n} + ((warp_n * {tile_n} + 0) * 8 + lane / 4)] = " \
+            f"acc_{tile_m - 1}_0_1;" in source
 
 
 def test_wgmma_candidates_for_float32_ab_on_sm90_only():

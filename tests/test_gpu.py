@@ -338,8 +338,10 @@ def test_tensor_core_path_ab(dtype, m, n, k):
 
 
 TF32X3_CASES = [  # op, M, N, tile_m, tile_n, row_groups, stage_copy: odd tiles leave a lone 8-row block of M
+    # (atb computes it transposed, against pairs of N's blocks and a lone one at odd tile_n)
     ("atb", 64, 64, 2, 4, 2, "vector"),
     ("atb", 33, 33, 3, 3, 2, "vector"),
+    ("atb", 40, 30, 5, 4, 2, "bulk"),
     ("atb", 57, 57, 4, 4, 2, "bulk"),
     ("atb", 5, 42, 1, 3, 2, "bulk"),
     ("atb", 64, 8, 4, 1, 1, "bulk"),
@@ -373,13 +375,15 @@ def test_tf32x3_path(op, m, n, tile_m, tile_n, row_groups, stage_copy, k):
 
 
 EDGE_CASES = [  # dtype, M, N, tile_m, tile_n, row_groups, stage_copy, tf32x3: both edges, rows 4 and 2 apart
-    # (50, float64), 8 apart (float32 odd widths), an M edge alone, an N edge alone, edges of 7, float32 on DMMA
+    # (50, float64), 8 apart (float32 odd widths), an M edge alone, an N edge alone, a lone block of M beside
+    # edges, edges of 7, float32 on DMMA
     ("float64", 50, 50, 2, 6, 4, "bulk", False),
     ("float64", 53, 45, 2, 5, 2, "vector", False),
     ("float64", 9, 64, 1, 4, 2, "bulk", False),
     ("float32", 50, 50, 2, 6, 2, "bulk", True),
     ("float32", 33, 47, 2, 5, 2, "bulk", True),
     ("float32", 40, 15, 2, 1, 3, "bulk", True),
+    ("float32", 45, 38, 5, 2, 2, "bulk", True),
     ("float32", 23, 16, 1, 2, 2, "vector", True),
     ("float32", 61, 13, 3, 1, 2, "bulk", False),
 ]
