@@ -419,7 +419,7 @@ def tf32_products(tm: int, tn: int, acc, a, b, terms=("lo_hi", "hi_lo", "hi_hi")
     zeros into ``spare``; with ``lone_transposed`` it computes its blocks transposed
     instead, B's blocks j and j+1 as the 16 rows and its own fragments as the 8
     columns (the same registers: an A fragment's rows are a B fragment's columns),
-    in ceil(tn / 2) steps, not tn, its sums then holding [lane%4 * 2 + h][lane/4]
+    in ceil(tn / 2) steps, not tn, its sums then holding [2*(lane%4) + h][lane/4]
     of each block. The small terms go first, so the sum carries them before it
     grows."""
     lines = []

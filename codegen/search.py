@@ -67,7 +67,7 @@ def score(spec: KernelSpec) -> float:
     # 3xTF32 computes 8-row blocks of M (ab: slabs) in pairs: ab's lone one costs a
     # pair; atb's runs transposed, pairing N's blocks, and pads half a step at an odd tile_n.
     if p.op == "atb":
-        tile_blocks = c.tile_m * c.tile_n + (c.tile_m % 2 * c.tile_n % 2 if c.tf32x3 else 0)
+        tile_blocks = c.tile_m * c.tile_n + ((c.tile_m % 2) * (c.tile_n % 2) if c.tf32x3 else 0)
         tiles = spec.tiles_m * spec.tiles_n * tile_blocks
         if c.fma_edges:  # an edge entry on the FMA units costs about two of a block's on the tensor cores
             tiles += EDGE_COST * (p.m * p.n - 64 * spec.mma_blocks(p.m) * spec.mma_blocks(p.n)) / 64
