@@ -116,9 +116,8 @@ def other_models(arch: str, device: str = "") -> list[str]:
     """The GPU models of ``arch``, other than ``device``, whose winners a file of
     the package holds: the model the architecture's file was tuned on and each
     model with a file of its own (the tuner times their winners on this GPU too)."""
-    own = database_path(arch, device) if device else None
     paths = [database_path(arch), *sorted(TUNING_DIR.glob(f"{arch}.*.json"))]
-    models = [json.loads(path.read_text()).get("device", "") for path in paths if path.exists() and path != own]
+    models = [json.loads(path.read_text()).get("device", "") for path in paths if path.exists()]
     return [model for model in dict.fromkeys(models) if model and model != device]
 
 
