@@ -3,12 +3,14 @@
     python3 scripts/compare_configs.py atb:float64:58:58 ab:float64:7:7 \
         --vary stage_copy=vector,element [--vary blocks_per_sm=1,2] [--k 65536] [--flat | --tuned] \
         [--loop-seconds 0.3] [--json out.json]
+    python3 scripts/compare_configs.py mtsm:float32:16384:16 --tuned --vary stages=2,3,4
 
-For each shape (op:dtype:M:N; op atb, ab or ab_update) the model's configuration
+For each shape (op:dtype:M:N; op atb, ab or ab_update; or mtsm:dtype:SIZE:N and
+mtsm_t:dtype:SIZE:N, M = K = SIZE) the model's configuration
 (with --flat, the flat mapping's starting point; with --tuned, the kernel the
 tuning database serves at that K, where it serves one) is timed with every
-combination of the varied Config fields, on the bench's inputs (tall matrices
-of 1 GiB unless --k is given) and with the bench's loops,
+combination of the varied Config (MtsmConfig) fields, on the bench's inputs (tall matrices
+of 1 GiB unless --k is given; mtsm's tuner inputs) and with the bench's loops,
 then XLA's dot once on the same inputs. Variants that fail validation or do
 not compile are reported and skipped. The predict-change-measure step of
 tuning by hand; the tuner (jax_tsmm.tune) searches the space.
@@ -27,20 +29,23 @@ import jax
 import numpy as np
 
 from jax_tsmm import _cuda, _dispatch, _kernels, bench
-from jax_tsmm.codegen import Config, InvalidSpec, KernelSpec, Problem, default_config, validate
+from jax_tsmm.codegen import Config, InvalidSpec, KernelSpec, MtsmSpec, Problem, default_config, validate
+from jax_tsmm.codegen.mtsm import MtsmConfig, MtsmProblem
+from jax_tsmm.codegen.mtsm import default_config as mtsm_default_config
+from jax_tsmm.codegen.mtsm import validate as validate_mtsm
 from jax_tsmm.codegen.search import flat_candidates
 
 
 def _parse_vary(text: str) -> tuple[str, list]:
     field, _, values = text.partition("=")
-    kind = type(getattr(Config(), field))
-    parse = (lambda v: v.lower() in ("1", "true", "yes")) if kind is bool else kind
+    kind = {f.name: f.type for cls in (MtsmConfig, Config) for f in dataclasses.fields(cls)}[field]
+    parse = {"bool": lambda v: v.lower() in ("1", "true", "yes"), "int": int, "str": str}[kind]
     return field, [parse(v) for v in values.split(",")]
 
 
-def _compiled(specs: list[KernelSpec]) -> list[KernelSpec]:
+def _compiled(specs: list) -> list:
     """The specs that compile (in parallel); the others are reported and skipped."""
-    def compiles(spec: KernelSpec) -> bool:
+    def compiles(spec) -> bool:
         try:
             _kernels.compile_module([spec], _cuda.arch())
             return True
@@ -52,9 +57,39 @@ def _compiled(specs: list[KernelSpec]) -> list[KernelSpec]:
         return [spec for spec, ok in zip(specs, pool.map(compiles, specs)) if ok]
 
 
+def _tsmm_shape(shape: str, args, ceilings: dict):
+    """atb, ab, ab_update at op:dtype:M:N: problem, K, base config, operands, roofline, calls."""
+    op, dtype, m, n = shape.split(":")
+    m, n = int(m), int(n)
+    problem = Problem("ab" if op == "ab_update" else op, dtype, m, n, update=op == "ab_update")
+    k = args.k or bench.problem_rows(m, n, np.dtype(dtype))
+    base = flat_candidates(problem)[0] if args.flat else default_config(problem, _cuda.arch())
+    entry = _dispatch.tuned(_dispatch.problem_key(problem), k, _cuda.arch(), _cuda.device_kind())
+    if args.tuned and entry is not None and entry["config"] is not None:
+        base = Config(**entry["config"])
+    sets = bench.operand_sets(op, np.dtype(dtype), m, n, k, seed=m * 1000 + n)
+    roof = bench.roofline_seconds(op, np.dtype(dtype), m, n, k, ceilings)
+    return problem, k, base, sets, roof, bench.operations(op)
+
+
+def _mtsm_shape(shape: str, args, ceilings: dict):
+    """mtsm, mtsm_t at op:dtype:SIZE:N (M = K = SIZE), on the tuner's operands."""
+    op, dtype, size, n = shape.split(":")
+    size, n = int(size), int(n)
+    problem = MtsmProblem(op == "mtsm_t", dtype, n)
+    base = mtsm_default_config(problem)
+    entry = _dispatch.tuned(_dispatch.mtsm_key(problem.transpose_a, dtype, n), size, _cuda.arch(),
+                            _cuda.device_kind())
+    if args.tuned and entry is not None and entry["config"] is not None:
+        base = MtsmConfig(**entry["config"])
+    sets = bench.mtsm_operand_sets(dtype, size, n, seed=size)
+    roof = bench.mtsm_roofline_seconds(dtype, size, n, size, ceilings)
+    return problem, size, base, sets, roof, bench.mtsm_operations(problem.transpose_a)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("shapes", nargs="+", help="op:dtype:M:N")
+    parser.add_argument("shapes", nargs="+", help="op:dtype:M:N, or mtsm[_t]:dtype:SIZE:N")
     parser.add_argument("--vary", action="append", default=[], help="FIELD=V1,V2,...")
     parser.add_argument("--k", type=int, default=None, help="rows of the tall matrices (default: 1 GiB)")
     parser.add_argument("--flat", action="store_true",
@@ -72,28 +107,20 @@ def main() -> None:
     varied = [_parse_vary(v) for v in args.vary]
     rows = []
     for shape in args.shapes:
-        op, dtype, m, n = shape.split(":")
-        m, n = int(m), int(n)
-        problem = Problem("ab" if op == "ab_update" else op, dtype, m, n, update=op == "ab_update")
-        k = args.k or bench.problem_rows(m, n, np.dtype(dtype))
-        base = flat_candidates(problem)[0] if args.flat else default_config(problem, _cuda.arch())
-        entry = _dispatch.tuned(_dispatch.problem_key(problem), k, _cuda.arch(), _cuda.device_kind())
-        if args.tuned and entry is not None and entry["config"] is not None:
-            base = Config(**entry["config"])
+        op = shape.split(":")[0]
+        problem, k, base, sets, roof, (ours, xla) = (_mtsm_shape if op in bench.MTSM_OPS else _tsmm_shape)(
+            shape, args, ceilings)
+        in_place = op == "ab_update"
         specs = []
         for values in itertools.product(*(vals for _, vals in varied)):
             config = dataclasses.replace(base, **{f: v for (f, _), v in zip(varied, values)})
-            spec = KernelSpec(problem, config)
+            spec = (MtsmSpec if isinstance(problem, MtsmProblem) else KernelSpec)(problem, config)
             try:
-                validate(spec)
+                (validate_mtsm if isinstance(problem, MtsmProblem) else validate)(spec)
                 specs.append(spec)
             except InvalidSpec as error:
                 print(f"{shape} {values}: invalid: {error}", flush=True)
         specs = _compiled(specs)
-        sets = bench.operand_sets(op, np.dtype(dtype), m, n, k, seed=m * 1000 + n)
-        roof = bench.roofline_seconds(op, np.dtype(dtype), m, n, k, ceilings)
-        ours, xla = bench.operations(op)
-        in_place = op == "ab_update"
         xla_s = bench.seconds_per_call(xla, sets, roof, updates_last=in_place)
         for spec in specs:
             with _dispatch.forced(spec):
