@@ -510,7 +510,7 @@ def _prologue(spec: MtsmSpec, ar: _Arith) -> list[str]:
         f"auto slot_x = [&](int slot) {{ return slot_a(slot) + {spec.stage_bytes // p.element_bytes - spec.chunk * spec.x_stride}; }};",
         "// 16-byte copies need 16-byte aligned rows: a whole number of vectors per row",
         "// and an aligned base (batch items of odd size break it); else element copies.",
-        *(["const bool x_vectors = tsmm_misalignment(x) == 0;"] if spec.x_stride == p.n else []),
+        *(["const bool x_vectors = tsmm_misalignment(x) == 0;"] if p.n % p.vector_elements == 0 else []),
     ]
 
 
@@ -576,15 +576,116 @@ def _x_copy(spec: MtsmSpec, ar: _Arith, zero_tail: bool) -> list[str]:
             "}",
         ]
     else:
-        lines += [
-            f"// Rows padded to {spec.x_stride} elements (16-byte aligned): element copies.",
+        elements = [
             f"for (int e = tid; e < {limit} * {n}; e += {t}) {{",
             f"  const int r = e / {n};",
             f"  if (e < rows * {n}) tsmm_cp_async_element(sx + r * {spec.x_stride} + e - r * {n}, gx + e);",
             *([f"  else sx[r * {spec.x_stride} + e - r * {n}] = {ar.zero()};"] if zero_tail else []),
             "}",
         ]
+        if n % vec:
+            lines += [f"// Rows padded to {spec.x_stride} elements (16-byte aligned): element copies."] + elements
+        else:
+            per_row = n // vec
+            lines += [
+                f"// Rows padded to {spec.x_stride} elements (16-byte aligned): 16-byte copies of whole chunks",
+                "// of aligned rows, else element copies.",
+                f"if (x_vectors && rows == {spec.chunk}) {{",
+                f"  for (int v = tid; v < {spec.chunk * per_row}; v += {t}) {{",
+                f"    const int r = v / {per_row};",
+                f"    tsmm_cp_async_16(sx + r * {spec.x_stride} + (v - r * {per_row}) * {vec}, gx + v * {vec});",
+                "  }",
+                "} else {",
+                *_indent(elements, 1),
+                "}",
+            ]
     return lines
+
+
+def _a_copy(spec: MtsmSpec, ar: _Arith, origin: str) -> tuple[list[str], list[str]]:
+    """Staging a chunk of A: (setup before the ring, the issue step's lines).
+    ``origin`` names the block's first row of out (A X) or column of A (Aᵀ X).
+
+    A X stages ``block_rows`` lines of ``chunk`` entries (rows past M repeat row
+    M-1, never stored; entries past K are zeroed); Aᵀ X stages ``chunk`` lines
+    of ``block_rows`` columns (columns past M left stale, never stored; lines
+    past K zeroed where the kernel consumes whole chunks, as mma does). A whole
+    chunk of a block inside M copies the same lines every time, so each thread's
+    first line, its column and the step between its lines are worked out once:
+    the copies of the ring then cost an add each, where the general loop spends
+    about 25 instructions of index and bounds arithmetic per 16-byte copy."""
+    p, c = spec.problem, spec.config
+    e, vec, t, stride = ar.elem, p.vector_elements, spec.threads, spec.a_stride
+    zero_tail = c.mma or not p.transpose_a
+    if p.transpose_a:
+        lines, vectors = spec.chunk, spec.block_rows // vec
+        first, line_stride, chunk_offset = f"a + copy_line * args.m + {origin} + copy_col", "args.m", "k0 * args.m"
+        general = [
+            f"for (int v = tid; v < rows * {vectors}; v += {t}) {{",
+            f"  const int r = v / {vectors};",
+            f"  const int col = (v - r * {vectors}) * {vec};",
+            f"  const long long gcol = {origin} + col;",
+            f"  const {e}* src = a + (k0 + r) * args.m + gcol;",
+            f"  if (a_vectors && gcol + {vec} <= args.m) tsmm_cp_async_16(sa + r * {stride} + col, src);",
+            "  else {",
+            f"    for (int q = 0; q < {vec}; ++q) {{",
+            f"      if (gcol + q < args.m) tsmm_cp_async_element(sa + r * {stride} + col + q, src + q);",
+            "    }",
+            "  }",
+            "}",
+        ]
+        if zero_tail:
+            br = spec.block_rows
+            general.append(f"for (int e = rows * {br} + tid; e < {lines * br}; e += {t}) "
+                           f"sa[e / {br} * {stride} + e % {br}] = {ar.zero()};")
+    else:
+        lines, vectors = spec.block_rows, spec.chunk // vec
+        first, line_stride, chunk_offset = f"a + ({origin} + copy_line) * args.k + copy_col", "args.k", "k0"
+        general = [
+            f"for (int v = tid; v < {lines * vectors}; v += {t}) {{",
+            f"  const int r = v / {vectors};",
+            f"  const int col = (v - r * {vectors}) * {vec};",
+            f"  const {e}* src = a + min({origin} + r, args.m - 1) * args.k + k0 + col;",
+            f"  {e}* to = sa + r * {stride} + col;",
+            f"  if (a_vectors && col + {vec} <= rows) tsmm_cp_async_16(to, src);",
+            "  else {",
+            f"    for (int q = 0; q < {vec}; ++q) {{",
+            "      if (col + q < rows) tsmm_cp_async_element(to + q, src + q);",
+            f"      else to[q] = {ar.zero()};",
+            "    }",
+            "  }",
+            "}",
+        ]
+    if p.transpose_a:
+        comment = [f"// The strip: the chunk's rows of A, {vectors} vectors each, coalesced. Columns past M",
+                   "// are left stale (their sums are never stored)"
+                   + ("; rows past K are zeroed (whole chunks are consumed)." if zero_tail else ".")]
+    else:
+        comment = [f"// The tile: {lines} rows x {spec.chunk} entries of K, {vectors} vectors a row. Rows past M",
+                   "// repeat row M-1 (never stored); entries past K are zeroed (whole chunks are consumed)."]
+    issue = comment + [f"{e}* sa = slot_a(slot);"]
+    if t % vectors or (lines * vectors) % t:  # threads do not take whole, equal shares of lines
+        return [], issue + general
+    step = t // vectors  # lines between one thread's copies
+    setup = [
+        "// Whole chunks: each thread copies the same lines of every chunk, from here.",
+        f"const int copy_line = tid / {vectors};",
+        f"const int copy_col = (tid % {vectors}) * {vec};",
+        f"const {e}* a_copy = {first};",
+        f"const long long copy_step = {step}LL * {line_stride};  // elements between the thread's lines",
+        f"const bool whole_block = {origin} + {spec.block_rows} <= args.m;",
+    ]
+    issue += [
+        f"if (a_vectors && whole_block && rows == {spec.chunk}) {{",
+        f"  const {e}* src = a_copy + {chunk_offset};",
+        f"  {e}* to = sa + copy_line * {stride} + copy_col;",
+        "  #pragma unroll",
+        f"  for (int i = 0; i < {lines * vectors // t}; ++i) tsmm_cp_async_16(to + i * {step * stride}, src + i * copy_step);",
+        "} else {",
+        *_indent(general, 1),
+        "}",
+    ]
+    return setup, issue
 
 
 def _emit_transposed(spec: MtsmSpec, ar: _Arith) -> list[str]:
@@ -614,24 +715,9 @@ def _emit_transposed(spec: MtsmSpec, ar: _Arith) -> list[str]:
         "};",
         "",
     ]
-    issue = [
-        f"// The strip's `rows` rows of A: {w // vec} vectors a row, coalesced; columns past M",
-        "// are left stale (their sums are never stored).",
-        f"{e}* sa = slot_a(slot);",
-        f"for (int v = tid; v < rows * {w // vec}; v += {t}) {{",
-        f"  const int r = v / {w // vec};",
-        f"  const int col = (v - r * {w // vec}) * {vec};",
-        "  const long long gcol = strip0 + col;",
-        f"  const {e}* src = a + (k0 + r) * args.m + gcol;",
-        f"  if (a_vectors && gcol + {vec} <= args.m) tsmm_cp_async_16(sa + r * {w} + col, src);",
-        "  else {",
-        f"    for (int q = 0; q < {vec}; ++q) {{",
-        f"      if (gcol + q < args.m) tsmm_cp_async_element(sa + r * {w} + col + q, src + q);",
-        "    }",
-        "  }",
-        "}",
-        *_x_copy(spec, ar, zero_tail=False),
-    ]
+    a_setup, a_issue = _a_copy(spec, ar, "strip0")
+    body += a_setup
+    issue = a_issue + _x_copy(spec, ar, zero_tail=False)
     consume = [
         f"const {e}* sa = slot_a(slot);",
         f"const {e}* sx = slot_x(slot);",
@@ -660,7 +746,6 @@ def _emit_plain(spec: MtsmSpec, ar: _Arith) -> list[str]:
     e, vec, n, t = ar.elem, p.vector_elements, p.n, spec.threads
     tr, tn, br, kc, sa_stride = c.rows_per_thread, c.tile_n, spec.block_rows, spec.chunk, spec.a_stride
     ragged_n = spec.n_groups * tn > n
-    vectors_per_row = kc // vec
     k_per_group = c.k_steps * vec
     body = _prologue(spec, ar) + [
         f"const bool a_vectors = args.k % {vec} == 0 && tsmm_misalignment(a) == 0;",
@@ -680,26 +765,9 @@ def _emit_plain(spec: MtsmSpec, ar: _Arith) -> list[str]:
         *[f"{e} acc_{i}_{j} = {ar.zero()};" for i in range(tr) for j in range(tn)],
         "",
     ]
-    issue = [
-        f"// The tile: {br} rows x {kc} entries of K, {vectors_per_row} vectors a row. Rows past M",
-        "// repeat row M-1 (never stored); entries past K are zeroed, as are X's rows past K,",
-        "// so every chunk is consumed whole.",
-        f"{e}* sa = slot_a(slot);",
-        f"for (int v = tid; v < {br * vectors_per_row}; v += {t}) {{",
-        f"  const int r = v / {vectors_per_row};",
-        f"  const int col = (v - r * {vectors_per_row}) * {vec};",
-        f"  const {e}* src = a + min(row_base + r, args.m - 1) * args.k + k0 + col;",
-        f"  {e}* to = sa + r * {sa_stride} + col;",
-        f"  if (a_vectors && col + {vec} <= rows) tsmm_cp_async_16(to, src);",
-        "  else {",
-        f"    for (int q = 0; q < {vec}; ++q) {{",
-        "      if (col + q < rows) tsmm_cp_async_element(to + q, src + q);",
-        f"      else to[q] = {ar.zero()};",
-        "    }",
-        "  }",
-        "}",
-        *_x_copy(spec, ar, zero_tail=True),
-    ]
+    a_setup, a_issue = _a_copy(spec, ar, "row_base")
+    body += a_setup
+    issue = a_issue + _x_copy(spec, ar, zero_tail=True)
     step = [
         f"const {e}* sa = slot_a(slot) + k_group * {k_per_group};",
         f"const {e}* sx = slot_x(slot) + k_group * {k_per_group * spec.x_stride} + n_group * {tn};",
@@ -780,47 +848,11 @@ def _emit_mma(spec: MtsmSpec, ar: _Arith) -> list[str]:
            *tf32_partial_sums(tm, nb)] if tf32 else []),
         "",
     ]
+    a_setup, a_copy = _a_copy(spec, ar, "row_base")
+    body += a_setup
     if p.transpose_a:
-        a_copy = [
-            f"// The strip's rows of A ({br // vec} vectors a row, coalesced) at a padded stride;",
-            "// rows past K are zeroed (whole chunks are consumed), columns past M left stale",
-            "// (their sums are never stored).",
-            f"{e}* sa = slot_a(slot);",
-            f"for (int v = tid; v < rows * {br // vec}; v += {t}) {{",
-            f"  const int r = v / {br // vec};",
-            f"  const int col = (v - r * {br // vec}) * {vec};",
-            "  const long long gcol = row_base + col;",
-            f"  const {e}* src = a + (k0 + r) * args.m + gcol;",
-            f"  if (a_vectors && gcol + {vec} <= args.m) tsmm_cp_async_16(sa + r * {sa_stride} + col, src);",
-            "  else {",
-            f"    for (int q = 0; q < {vec}; ++q) {{",
-            f"      if (gcol + q < args.m) tsmm_cp_async_element(sa + r * {sa_stride} + col + q, src + q);",
-            "    }",
-            "  }",
-            "}",
-            f"for (int e = rows * {br} + tid; e < {kc * br}; e += {t}) sa[e / {br} * {sa_stride} + e % {br}] = 0;",
-        ]
         a_fragment = lambda i, kk: f"sa[{kk} * {sa_stride} + row{i}]"
     else:
-        vectors_per_row = kc // vec
-        a_copy = [
-            f"// The tile: {br} rows x {kc} entries of K at a padded stride. Rows past M repeat",
-            "// row M-1 (never stored); entries past K are zeroed (whole chunks are consumed).",
-            f"{e}* sa = slot_a(slot);",
-            f"for (int v = tid; v < {br * vectors_per_row}; v += {t}) {{",
-            f"  const int r = v / {vectors_per_row};",
-            f"  const int col = (v - r * {vectors_per_row}) * {vec};",
-            f"  const {e}* src = a + min(row_base + r, args.m - 1) * args.k + k0 + col;",
-            f"  {e}* to = sa + r * {sa_stride} + col;",
-            f"  if (a_vectors && col + {vec} <= rows) tsmm_cp_async_16(to, src);",
-            "  else {",
-            f"    for (int q = 0; q < {vec}; ++q) {{",
-            "      if (col + q < rows) tsmm_cp_async_element(to + q, src + q);",
-            "      else to[q] = 0;",
-            "    }",
-            "  }",
-            "}",
-        ]
         a_fragment = lambda i, kk: f"sa[row{i} * {sa_stride} + {kk}]"
     if tf32:
         steps = c.k_steps // 2

@@ -207,9 +207,13 @@ def test_many_batch_items_in_one_launch():
 
 def _run_forced(spec: mtsm_codegen.MtsmSpec, rng) -> None:
     """``spec`` on two random problems of ragged sizes: a few row blocks with K split
-    (the finalize), and many row blocks with a K of a few chunks."""
+    (the finalize), M and K off 16-byte rows (the element copies); and many row blocks
+    with a K of a few chunks, M and K whole 16-byte vectors (whole chunks of whole
+    blocks take the hoisted copies, the last block and chunk the general ones)."""
     p = spec.problem
-    for m, k in ((2 * spec.block_rows + 5, 60 * spec.chunk + 3), (40 * spec.block_rows + 1, 3 * spec.chunk + 1)):
+    vec = p.vector_elements
+    for m, k in ((2 * spec.block_rows + 5, 60 * spec.chunk + 3),
+                 (40 * spec.block_rows + vec, 3 * spec.chunk + vec)):
         a, x = operands(rng, p.dtype, m, k, p.n, p.transpose_a)
         with _dispatch.forced(spec):
             out = run(a, x, p.transpose_a, p.conj)
