@@ -398,8 +398,8 @@ def mtsm_candidates(problem: MtsmProblem, limit: int = 12) -> list[MtsmConfig]:
     """Up to ``limit`` valid configurations, the model's default first, then the
     best-scored, one per tile, thread shape and (A X) row segment before any
     second variant of a shape (ring depth and blocks per SM matter less, and the
-    tuner's neighbours refine them); DMMA's best keep a quarter of the list from
-    N = 16."""
+    tuner's neighbours refine them); the tensor cores' best (DMMA, 3xTF32) keep
+    half of the list from N = 16."""
     scored = {}
     for config in _mtsm_grid(problem):
         spec = MtsmSpec(problem, config)
@@ -419,9 +419,11 @@ def mtsm_candidates(problem: MtsmProblem, limit: int = 12) -> list[MtsmConfig]:
             seen.add(shape(config))
     ranked = firsts + seconds
     # The score compares register reuse within a path, not the FMA units against
-    # the tensor cores, so from two whole 8-column blocks the best DMMA
-    # configurations keep a quarter of the list.
-    reserved = [c for c in ranked if c.mma][: -(-limit // 4)] if problem.n >= 16 else []
+    # the tensor cores, so from two whole 8-column blocks the best tensor-core
+    # configurations keep half of the list: there the FMA kernels need most of the
+    # FMA units' rate (float32 A X 16 at 16384, H200, 2026-11-24: the FMA kernels
+    # 52-61 % of the roofline, 3xTF32 66-69 %, with three of eight candidates).
+    reserved = [c for c in ranked if c.mma][: -(-limit // 2)] if problem.n >= 16 else []
     kept = set(reserved) | set([c for c in ranked if c not in reserved][: limit - len(reserved)])
     return [c for c in ranked if c in kept]
 
