@@ -620,6 +620,9 @@ def _a_copy(spec: MtsmSpec, ar: _Arith, origin: str) -> tuple[list[str], list[st
     if p.transpose_a:
         lines, vectors = spec.chunk, spec.block_rows // vec
         first, line_stride, chunk_offset = f"a + copy_line * args.m + {origin} + copy_col", "args.m", "k0 * args.m"
+        comment = [f"// The strip: the chunk's rows of A, {vectors} vectors each, coalesced. Columns past M",
+                   "// are left stale (their sums are never stored)"
+                   + ("; rows past K are zeroed (whole chunks are consumed)." if zero_tail else ".")]
         general = [
             f"for (int v = tid; v < rows * {vectors}; v += {t}) {{",
             f"  const int r = v / {vectors};",
@@ -641,6 +644,8 @@ def _a_copy(spec: MtsmSpec, ar: _Arith, origin: str) -> tuple[list[str], list[st
     else:
         lines, vectors = spec.block_rows, spec.chunk // vec
         first, line_stride, chunk_offset = f"a + ({origin} + copy_line) * args.k + copy_col", "args.k", "k0"
+        comment = [f"// The tile: {lines} rows x {spec.chunk} entries of K, {vectors} vectors a row. Rows past M",
+                   "// repeat row M-1 (never stored); entries past K are zeroed (whole chunks are consumed)."]
         general = [
             f"for (int v = tid; v < {lines * vectors}; v += {t}) {{",
             f"  const int r = v / {vectors};",
@@ -656,13 +661,6 @@ def _a_copy(spec: MtsmSpec, ar: _Arith, origin: str) -> tuple[list[str], list[st
             "  }",
             "}",
         ]
-    if p.transpose_a:
-        comment = [f"// The strip: the chunk's rows of A, {vectors} vectors each, coalesced. Columns past M",
-                   "// are left stale (their sums are never stored)"
-                   + ("; rows past K are zeroed (whole chunks are consumed)." if zero_tail else ".")]
-    else:
-        comment = [f"// The tile: {lines} rows x {spec.chunk} entries of K, {vectors} vectors a row. Rows past M",
-                   "// repeat row M-1 (never stored); entries past K are zeroed (whole chunks are consumed)."]
     issue = comment + [f"{e}* sa = slot_a(slot);"]
     if t % vectors or (lines * vectors) % t:  # threads do not take whole, equal shares of lines
         return [], issue + general
