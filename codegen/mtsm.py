@@ -689,7 +689,7 @@ def _a_copy(spec: MtsmSpec, ar: _Arith, origin: str) -> tuple[list[str], list[st
 def _emit_transposed(spec: MtsmSpec, ar: _Arith) -> list[str]:
     """op(A)ᵀ X, A (K, M): column strips of A, one vector of columns per thread."""
     p, c = spec.problem, spec.config
-    e, vec, n, t = ar.elem, p.vector_elements, p.n, spec.threads
+    e, vec, n = ar.elem, p.vector_elements, p.n
     cols, tn, w = c.rows_per_thread, c.tile_n, spec.block_rows
     ragged_n = spec.n_groups * tn > n
     body = _prologue(spec, ar) + [
@@ -741,8 +741,8 @@ def _emit_transposed(spec: MtsmSpec, ar: _Arith) -> list[str]:
 def _emit_plain(spec: MtsmSpec, ar: _Arith) -> list[str]:
     """op(A) X, A (M, K): row tiles of A streamed along K."""
     p, c = spec.problem, spec.config
-    e, vec, n, t = ar.elem, p.vector_elements, p.n, spec.threads
-    tr, tn, br, kc, sa_stride = c.rows_per_thread, c.tile_n, spec.block_rows, spec.chunk, spec.a_stride
+    e, vec, n = ar.elem, p.vector_elements, p.n
+    tr, tn, br, sa_stride = c.rows_per_thread, c.tile_n, spec.block_rows, spec.a_stride
     ragged_n = spec.n_groups * tn > n
     k_per_group = c.k_steps * vec
     body = _prologue(spec, ar) + [
@@ -821,8 +821,8 @@ def _emit_mma(spec: MtsmSpec, ar: _Arith) -> list[str]:
     p, c = spec.problem, spec.config
     tf32 = c.tf32x3
     e = ar.elem
-    vec, n, t = p.vector_elements, p.n, spec.threads
-    tm, nb, br, kc = c.rows_per_thread, spec.n_blocks, spec.block_rows, spec.chunk
+    vec, n = p.vector_elements, p.n
+    tm, nb, br = c.rows_per_thread, spec.n_blocks, spec.block_rows
     sa_stride, xs = spec.a_stride, spec.x_stride
     body = _prologue(spec, ar) + [
         f"const bool a_vectors = args.{'m' if p.transpose_a else 'k'} % {vec} == 0 && tsmm_misalignment(a) == 0;",
