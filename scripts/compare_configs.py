@@ -58,7 +58,8 @@ def _compiled(specs: list) -> list:
 
 
 def _tsmm_shape(shape: str, args, ceilings: dict):
-    """atb, ab, ab_update at op:dtype:M:N: problem, K, base config, operands, roofline, calls."""
+    """atb, ab, ab_update at op:dtype:M:N: K, base config, the validated spec of a
+    config, operands, roofline, calls."""
     op, dtype, m, n = shape.split(":")
     m, n = int(m), int(n)
     problem = Problem("ab" if op == "ab_update" else op, dtype, m, n, update=op == "ab_update")
@@ -69,7 +70,13 @@ def _tsmm_shape(shape: str, args, ceilings: dict):
         base = Config(**entry["config"])
     sets = bench.operand_sets(op, np.dtype(dtype), m, n, k, seed=m * 1000 + n)
     roof = bench.roofline_seconds(op, np.dtype(dtype), m, n, k, ceilings)
-    return problem, k, base, sets, roof, bench.operations(op)
+
+    def spec_of(config: Config) -> KernelSpec:
+        spec = KernelSpec(problem, config)
+        validate(spec)
+        return spec
+
+    return k, base, spec_of, sets, roof, bench.operations(op)
 
 
 def _mtsm_shape(shape: str, args, ceilings: dict):
@@ -84,7 +91,13 @@ def _mtsm_shape(shape: str, args, ceilings: dict):
         base = MtsmConfig(**entry["config"])
     sets = bench.mtsm_operand_sets(dtype, size, n, seed=size)
     roof = bench.mtsm_roofline_seconds(dtype, size, n, size, ceilings)
-    return problem, size, base, sets, roof, bench.mtsm_operations(problem.transpose_a)
+
+    def spec_of(config: MtsmConfig) -> MtsmSpec:
+        spec = MtsmSpec(problem, config)
+        validate_mtsm(spec)
+        return spec
+
+    return size, base, spec_of, sets, roof, bench.mtsm_operations(problem.transpose_a)
 
 
 def main() -> None:
@@ -108,16 +121,14 @@ def main() -> None:
     rows = []
     for shape in args.shapes:
         op = shape.split(":")[0]
-        problem, k, base, sets, roof, (ours, xla) = (_mtsm_shape if op in bench.MTSM_OPS else _tsmm_shape)(
+        k, base, spec_of, sets, roof, (ours, xla) = (_mtsm_shape if op in bench.MTSM_OPS else _tsmm_shape)(
             shape, args, ceilings)
         in_place = op == "ab_update"
         specs = []
         for values in itertools.product(*(vals for _, vals in varied)):
             config = dataclasses.replace(base, **{f: v for (f, _), v in zip(varied, values)})
-            spec = (MtsmSpec if isinstance(problem, MtsmProblem) else KernelSpec)(problem, config)
             try:
-                (validate_mtsm if isinstance(problem, MtsmProblem) else validate)(spec)
-                specs.append(spec)
+                specs.append(spec_of(config))
             except InvalidSpec as error:
                 print(f"{shape} {values}: invalid: {error}", flush=True)
         specs = _compiled(specs)
