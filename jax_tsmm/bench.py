@@ -10,7 +10,8 @@ package's own streaming kernels; FP64/FP32 peak with a large XLA matmul), then
 times every shape for both libraries in one run. Each call streams tall
 matrices of at least 1 GiB (far larger than L2; at most 8 GiB, so the narrower
 is smaller where the widths are more than 8 apart), rotating between two input
-sets; times are medians of several loops timed inside one jitted function.
+sets (more for smaller operands: ``set_count``); times are medians of several
+loops timed inside one jitted function.
 ``ab_update`` is the fused V - Q C (``ab(q, c, out=v, alpha=-1, beta=1)``)
 against ``v - q @ c``. Each row names the kernel configuration it timed (None:
 dispatch chose XLA's dot; with ``real_view`` that of the real kernel a complex
@@ -43,7 +44,6 @@ from jax import lax
 
 import jax_tsmm
 from jax_tsmm import _cuda, _dispatch, _kernels, _mtsm
-from jax_tsmm.codegen import KernelSpec, Problem, default_config
 
 GIB = 1 << 30
 # Rough upper bounds of current GPUs, only to size the timing loops of the ceilings.
@@ -129,6 +129,18 @@ def add_loop_seconds_option(parser: argparse.ArgumentParser) -> None:
 # --- ceilings ------------------------------------------------------------------
 
 
+def stream_read_seconds(buffers: list) -> float:
+    """Seconds to read one of ``buffers`` (float32 vectors of one size, rotated)
+    with the package's read probe at several grid sizes (1, 4 and 16 vectors per
+    thread, and a persistent grid): the fastest."""
+    vectors = buffers[0].size * 4 // 16
+    return min(
+        seconds_per_call(jax.ffi.ffi_call("tsmm_stream_read", jax.ShapeDtypeStruct((blocks,), jnp.float64)),
+                         [(v,) for v in buffers], buffers[0].size * 4 / NOMINAL_BANDWIDTH)
+        for blocks in (max(1, vectors // 256), max(1, vectors // 1024), max(1, vectors // 4096), 132 * 16)
+    )
+
+
 def measure_ceilings() -> dict:
     """Read-only and copy bandwidth (bytes/s) with the streaming kernels, and the
     FP64/FP32 peak (flop/s) of a large matmul."""
@@ -136,15 +148,8 @@ def measure_ceilings() -> dict:
         sys.exit("jax_tsmm.bench needs the CUDA extension")
     n = 2 * GIB // 4
     x = [jax.random.uniform(jax.random.key(i), (n,), jnp.float32) for i in range(2)]
-    vectors = n * 4 // 16
     copy = jax.ffi.ffi_call("tsmm_stream_copy", jax.ShapeDtypeStruct((n,), jnp.float32))
-    # The read probe at several grid sizes (1, 4 and 16 vectors per thread, and a
-    # persistent grid); the fastest is the ceiling.
-    read_s = min(
-        seconds_per_call(jax.ffi.ffi_call("tsmm_stream_read", jax.ShapeDtypeStruct((blocks,), jnp.float64)),
-                         [(v,) for v in x], 2 * GIB / NOMINAL_BANDWIDTH)
-        for blocks in (vectors // 256, vectors // 1024, vectors // 4096, 132 * 16)
-    )
+    read_s = stream_read_seconds(x)
     copy_s = seconds_per_call(copy, [(v,) for v in x], 4 * GIB / NOMINAL_BANDWIDTH)
     del x
     peaks = {}
@@ -203,11 +208,29 @@ def operations(op: str):
             lambda q, c, v: v - jnp.matmul(q, c, precision=highest))
 
 
+# Each trip of a timed loop costs 20-25 µs besides its calls: XLA's while loop,
+# whose trip count is an argument, waits on the host after each trip (H200,
+# h200-2026-11-25n-read-sets-per-trip.log). Two sets of the bench's gigabyte
+# operands carry about 2 % of it, as the read ceiling's 2 GiB buffers do;
+# smaller operands rotate more sets, up to ROTATED_BYTES in all, so that a
+# call's share stays about as small (of 10-12 µs a call in two sets, an eighth of
+# mtsm's time at 8192 and of the K sweep's at 2^20).
+ROTATED_BYTES = 4 * GIB
+MAX_SETS = 32
+
+
+def set_count(set_bytes: int) -> int:
+    """The operand sets a timed loop rotates between, for sets of ``set_bytes``."""
+    return max(2, min(MAX_SETS, ROTATED_BYTES // set_bytes))
+
+
 def operand_sets(op: str, dtype, m: int, n: int, k: int, seed: int) -> list[tuple]:
-    """Two sets of fresh random operands (the timing loops rotate between them)."""
+    """Sets of fresh random operands for the timing loops to rotate between
+    (``set_count``: two of the bench's 1 GiB matrices, more of smaller ones)."""
     shapes = {"atb": [(k, m), (k, n)], "ab": [(k, m), (m, n)], "ab_update": [(k, m), (m, n), (k, n)]}[op]
-    keys = iter(jax.random.split(jax.random.key(seed), 2 * len(shapes)))
-    return [tuple(_random(next(keys), shape, dtype) for shape in shapes) for _ in range(2)]
+    count = set_count(sum(math.prod(shape) for shape in shapes) * np.dtype(dtype).itemsize)
+    keys = iter(jax.random.split(jax.random.key(seed), count * len(shapes)))
+    return [tuple(_random(next(keys), shape, dtype) for shape in shapes) for _ in range(count)]
 
 
 def timed_kernel(op: str, dtype, m: int, n: int, k: int):
@@ -264,11 +287,17 @@ def mtsm_operations(transpose_a: bool):
     return ours, lambda a, x: jnp.matmul(a, x, precision=highest)
 
 
+def mtsm_set_count(dtype, size: int, n: int) -> int:
+    """The operand sets of A (size, size) and X (size, n) a timed loop rotates."""
+    return set_count((size * size + size * n) * np.dtype(dtype).itemsize)
+
+
 def mtsm_operand_sets(dtype, size: int, n: int, seed: int) -> list[tuple]:
-    """Two sets of fresh random operands, A (size, size) and X (size, n), for
-    either layout (the tuner's; the bench shares its A matrices between widths)."""
-    keys = iter(jax.random.split(jax.random.key(seed), 4))
-    return [(_random(next(keys), (size, size), dtype), _random(next(keys), (size, n), dtype)) for _ in range(2)]
+    """Sets of fresh random operands, A (size, size) and X (size, n), for either
+    layout (the tuner's; the bench shares its A matrices between widths)."""
+    count = mtsm_set_count(dtype, size, n)
+    keys = iter(jax.random.split(jax.random.key(seed), 2 * count))
+    return [(_random(next(keys), (size, size), dtype), _random(next(keys), (size, n), dtype)) for _ in range(count)]
 
 
 def mtsm_rows(dtypes, ceilings: dict, model: bool = False) -> list[dict]:
@@ -281,10 +310,11 @@ def mtsm_rows(dtypes, ceilings: dict, model: bool = False) -> list[dict]:
     rows = []
     for dtype in dtypes:
         for size in MTSM_SIZES:
-            keys = jax.random.split(jax.random.key(size), 2 + len(MTSM_WIDTHS))
-            matrices = [_random(keys[i], (size, size), dtype) for i in range(2)]
-            for width, key in zip(MTSM_WIDTHS, keys[2:]):
-                xs = [_random(k, (size, width), dtype) for k in jax.random.split(key, 2)]
+            count = mtsm_set_count(dtype, size, max(MTSM_WIDTHS))
+            keys = jax.random.split(jax.random.key(size), count + len(MTSM_WIDTHS))
+            matrices = [_random(keys[i], (size, size), dtype) for i in range(count)]
+            for width, key in zip(MTSM_WIDTHS, keys[count:]):
+                xs = [_random(k, (size, width), dtype) for k in jax.random.split(key, count)]
                 sets = list(zip(matrices, xs))
                 best = mtsm_roofline_seconds(dtype, size, width, size, ceilings)
                 for transpose_a in (False, True):

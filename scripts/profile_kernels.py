@@ -36,12 +36,12 @@ def main() -> None:
         m, n = int(dims[0]), int(dims[1])
         if op in bench.MTSM_OPS:
             k = m
-            (a, b), _ = bench.mtsm_operand_sets(dtype, m, n, seed=m)
+            (a, b), *_ = bench.mtsm_operand_sets(dtype, m, n, seed=m)
             ours, xla = bench.mtsm_operations(op == "mtsm_t")
             select = lambda: _mtsm.select(dtype, op == "mtsm_t", n, False, k, _cuda.arch(), _cuda.device_kind())
         else:
             k = int(dims[2]) if len(dims) > 2 else (256 << 20) // (min(m, n) * np.dtype(dtype).itemsize)
-            (a, b), _ = bench.operand_sets(op, dtype, m, n, k, seed=m * 1000 + n)
+            (a, b), *_ = bench.operand_sets(op, dtype, m, n, k, seed=m * 1000 + n)
             ours, xla = bench.operations(op)
             select = lambda: bench.timed_kernel(op, dtype, m, n, k)
         with bench.dispatch_context(args.model):

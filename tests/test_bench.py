@@ -52,3 +52,12 @@ def test_timed_loops_last_loop_seconds(monkeypatch):
         trips.clear()
         bench.seconds_per_call(None, [(), ()], 1e-3, repeats=2)
         assert trips == [1, expected, 1, expected, 1]
+
+
+def test_smaller_operands_rotate_more_sets():
+    """Each trip of a timed loop costs the same besides its calls: sets of the
+    bench's gigabyte operands rotate two at a time, smaller ones more, up to a cap."""
+    assert bench.set_count(2 * bench.GIB) == bench.set_count(8 * bench.GIB) == 2
+    assert bench.set_count(256 << 20) == 16
+    assert bench.set_count(1 << 20) == bench.MAX_SETS
+    assert bench.mtsm_set_count("float32", 8192, 64) == 15  # 256 MiB of A and 2 MiB of X
