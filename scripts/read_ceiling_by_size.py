@@ -8,8 +8,8 @@ every shape is taken from it. Smaller calls (the K sweep's ramp-up, mtsm at
 This times the package's read probe (``bench.stream_read_seconds``: the
 bench's timed loops over fresh random data) at each size, rotating as many
 buffers as the bench's operands of that size (``bench.set_count``; ``--sets``
-overrides it), and prints GB/s and the fraction of the 2 GiB figure: the part
-of a shape's roofline that no kernel reading that many bytes once reaches.
+overrides it), and prints GB/s and the fraction of the 2 GiB figure: as much
+of a shape's roofline as a kernel that reads that many bytes once can reach.
 """
 
 from __future__ import annotations
