@@ -213,8 +213,8 @@ def operations(op: str):
 # h200-2026-11-25n-read-sets-per-trip.log). Two sets of the bench's gigabyte
 # operands carry about 2 % of it, as the read ceiling's 2 GiB buffers do;
 # smaller operands rotate more sets, up to ROTATED_BYTES in all, so that a
-# call's share stays about as small (of 10-12 µs a call in two sets, an eighth of
-# mtsm's time at 8192 and of the K sweep's at 2^20).
+# call's share stays about as small (at two sets, 10-12 µs a call: an eighth of
+# mtsm's time at 8192, a fifth of the K sweep's at 2^20 x 8).
 ROTATED_BYTES = 4 * GIB
 MAX_SETS = 32
 
