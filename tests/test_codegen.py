@@ -535,7 +535,7 @@ def test_neighbours_are_valid_one_step_moves(problem):
     start = candidates(problem, 4, "sm_90")[1]
     moves = neighbours(problem, start)
     assert moves and start not in moves and len(set(moves)) == len(moves)
-    movable = {"rows_per_stage", "row_groups", "stages", "blocks_per_sm", "tile_m", "tile_n", "fma_edges"}
+    movable = {"rows_per_stage", "row_groups", "stages", "blocks_per_sm", "tile_m", "tile_n", "fma_edges", "padded"}
     for config in moves:
         validate(KernelSpec(problem, config))
         changed = {f for f in movable | set(dataclasses.asdict(start)) if getattr(config, f) != getattr(start, f)}
@@ -547,6 +547,23 @@ def test_neighbours_are_valid_one_step_moves(problem):
         if "row_groups" in changed:
             passes = start.rows_per_stage // KernelSpec(problem, start).rows_per_pass
             assert config.rows_per_stage == passes * KernelSpec(problem, config).rows_per_pass
+
+
+@pytest.mark.parametrize("problem", [Problem("atb", "float32", 2, 2), Problem("ab", "float32", 4, 16),
+                                     Problem("atb", "float64", 6, 3)])
+def test_neighbours_flip_the_padding_where_it_changes_the_layout(problem):
+    """Padding is the local search's to decide (the model does not rank it): an FMA
+    kernel with an even staged width has a neighbour that differs in the padding
+    alone, and the flip changes a staged row's stride. Odd widths and the tensor
+    cores' layouts have no such neighbour, which would be the same kernel."""
+    start = default_config(problem)
+    flips = [c for c in neighbours(problem, start) if c == dataclasses.replace(start, padded=not start.padded)]
+    assert len(flips) == 1
+    strides = [KernelSpec(problem, c).smem_stride(w) for c in (start, flips[0]) for w in (problem.m, problem.n)]
+    assert strides[:2] != strides[2:]
+    for other in (Problem("atb", "float32", 3, 5), Problem("atb", "float64", 52, 52)):
+        config = candidates(other, 1, "sm_90")[0]
+        assert all(c.padded == config.padded for c in neighbours(other, config))
 
 
 def test_flat_neighbours_move_the_grid_not_the_ring():
