@@ -437,7 +437,9 @@ def mtsm_candidates(problem: MtsmProblem, limit: int = 12) -> list[MtsmConfig]:
 def mtsm_neighbours(problem: MtsmProblem, config: MtsmConfig) -> list[MtsmConfig]:
     """Valid configurations one step from ``config`` in what the score ranks least
     reliably: the chunk (halved or doubled), the ring's depth, blocks per SM, and
-    the threads' shape (lanes, warps side by side, warps splitting K)."""
+    the threads' shape (lanes, warps side by side, warps splitting K). A step whose
+    blocks no longer fit an SM as many times takes the most blocks per SM that fit,
+    so that a larger chunk is not ruled out by the occupancy it started from."""
     c = config
     steps = [dict(stages=s) for s in (c.stages - 1, c.stages + 1) if 2 <= s <= 6]
     steps += [dict(blocks_per_sm=b) for b in (c.blocks_per_sm - 1, c.blocks_per_sm + 1) if 1 <= b <= 4]
@@ -455,6 +457,10 @@ def mtsm_neighbours(problem: MtsmProblem, config: MtsmConfig) -> list[MtsmConfig
     found = []
     for step in steps:
         moved = dataclasses.replace(c, **step)
-        if moved != c and moved not in found and _mtsm_usable(MtsmSpec(problem, moved)):
-            found.append(moved)
+        for blocks in range(moved.blocks_per_sm, 0, -1) if "blocks_per_sm" not in step else [moved.blocks_per_sm]:
+            fitted = dataclasses.replace(moved, blocks_per_sm=blocks)
+            if _mtsm_usable(MtsmSpec(problem, fitted)):
+                if fitted != c and fitted not in found:
+                    found.append(fitted)
+                break
     return found
