@@ -457,10 +457,9 @@ def mtsm_neighbours(problem: MtsmProblem, config: MtsmConfig) -> list[MtsmConfig
     found = []
     for step in steps:
         moved = dataclasses.replace(c, **step)
-        for blocks in range(moved.blocks_per_sm, 0, -1) if "blocks_per_sm" not in step else [moved.blocks_per_sm]:
-            fitted = dataclasses.replace(moved, blocks_per_sm=blocks)
-            if _mtsm_usable(MtsmSpec(problem, fitted)):
-                if fitted != c and fitted not in found:
-                    found.append(fitted)
-                break
+        tries = [moved.blocks_per_sm] if "blocks_per_sm" in step else range(c.blocks_per_sm, 0, -1)
+        fitted = next((f for f in (dataclasses.replace(moved, blocks_per_sm=b) for b in tries)
+                       if _mtsm_usable(MtsmSpec(problem, f))), None)
+        if fitted is not None and fitted != c and fitted not in found:
+            found.append(fitted)
     return found
