@@ -269,7 +269,10 @@ def neighbours(problem: Problem, config: Config) -> list[Config]:
     orientation and (mma) the FMA edges, the tile trimmed to the core's blocks where
     it overhangs: the tuner's local search around its fastest candidate
     (benchmarking every candidate, as Tensile does, on a neighbourhood instead of
-    the whole space). Rows per stage follow a change of row groups pass for pass."""
+    the whole space). Rows per stage follow a change of row groups pass for pass.
+    A step whose blocks no longer fit an SM as many times takes the most blocks per
+    SM that fit, so that deeper stages are not ruled out by the occupancy they
+    started from."""
     c = config
     start = KernelSpec(problem, c)
     passes = c.rows_per_stage // start.rows_per_pass
@@ -302,9 +305,11 @@ def neighbours(problem: Problem, config: Config) -> list[Config]:
     found = []
     for step in steps:
         moved = dataclasses.replace(c, **step)
-        spec = KernelSpec(problem, moved)
-        if moved not in found and _usable(spec):
-            found.append(moved)
+        tries = [moved.blocks_per_sm] if "blocks_per_sm" in step else range(c.blocks_per_sm, 0, -1)
+        fitted = next((f for f in (dataclasses.replace(moved, blocks_per_sm=b) for b in tries)
+                       if _usable(KernelSpec(problem, f))), None)
+        if fitted is not None and fitted != c and fitted not in found:
+            found.append(fitted)
     return found
 
 

@@ -15,7 +15,7 @@ from jax_tsmm import _kernels
 from jax_tsmm.codegen import Config, InvalidSpec, KernelSpec, Problem, default_config, module_source, validate
 from jax_tsmm.codegen.prebuilt import prebuilt_specs
 from jax_tsmm.codegen.emit import _vector_element, _vector_order, kernel_source
-from jax_tsmm.codegen.search import (LARGE_TILE_BLOCKS, ONE_BLOCK_STAGE_BYTES, candidates, flat_candidates, neighbours,
+from jax_tsmm.codegen.search import (LARGE_TILE_BLOCKS, ONE_BLOCK_STAGE_BYTES, _usable, candidates, flat_candidates, neighbours,
                                      occupancy_ok)
 
 DTYPES = ("float32", "float64", "complex64", "complex128")
@@ -547,6 +547,21 @@ def test_neighbours_are_valid_one_step_moves(problem):
         if "row_groups" in changed:
             passes = start.rows_per_stage // KernelSpec(problem, start).rows_per_pass
             assert config.rows_per_stage == passes * KernelSpec(problem, config).rows_per_pass
+        if "blocks_per_sm" in changed and len(changed) > 1:  # the most that fit after another step
+            assert config.blocks_per_sm < start.blocks_per_sm
+            assert not _usable(KernelSpec(problem, dataclasses.replace(config, blocks_per_sm=config.blocks_per_sm + 1)))
+
+
+def test_neighbours_deepen_the_ring_at_the_blocks_per_sm_that_fit():
+    """float64 ab 10x10's DMMA kernel at three blocks per SM: one more stage fits
+    two blocks per SM, a neighbour the local search would otherwise never reach in
+    one step."""
+    problem = Problem("ab", "float64", 10, 10)
+    start = Config(tile_m=7, tile_n=2, mapping="blocked", row_groups=4, rows_per_stage=224, stages=2, mma=True,
+                   c_source="global", stage_out=True, stage_copy="bulk", blocks_per_sm=3, waves=8)
+    assert _usable(KernelSpec(problem, start))
+    assert not _usable(KernelSpec(problem, dataclasses.replace(start, stages=3)))
+    assert dataclasses.replace(start, stages=3, blocks_per_sm=2) in neighbours(problem, start)
 
 
 @pytest.mark.parametrize("problem", [Problem("atb", "float32", 2, 2), Problem("ab", "float32", 4, 16),
