@@ -132,18 +132,18 @@ def add_loop_seconds_option(parser: argparse.ArgumentParser) -> None:
 def stream_read_seconds(buffers: list) -> float:
     """Seconds to read one of ``buffers`` (float32 vectors of one size, rotated)
     with the package's read probe at several grid sizes (1, 4 and 16 vectors per
-    thread, and a persistent grid): the fastest."""
+    thread, and a persistent grid of 16 blocks per SM): the fastest."""
     vectors = buffers[0].size * 4 // 16
     return min(
         seconds_per_call(jax.ffi.ffi_call("tsmm_stream_read", jax.ShapeDtypeStruct((blocks,), jnp.float64)),
                          [(v,) for v in buffers], buffers[0].size * 4 / NOMINAL_BANDWIDTH)
-        for blocks in (max(1, vectors // 256), max(1, vectors // 1024), max(1, vectors // 4096), 132 * 16)
+        for blocks in (max(1, vectors // 256), max(1, vectors // 1024), max(1, vectors // 4096),
+                       16 * _cuda.multiprocessors())
     )
 
 
-def measure_ceilings() -> dict:
-    """Read-only and copy bandwidth (bytes/s) with the streaming kernels, and the
-    FP64/FP32 peak (flop/s) of a large matmul."""
+def stream_ceilings() -> dict:
+    """Read-only and copy bandwidth (bytes/s) of the streaming kernels on two 2 GiB buffers."""
     if not _cuda.register_targets():
         sys.exit("jax_tsmm.bench needs the CUDA extension")
     n = 2 * GIB // 4
@@ -151,18 +151,20 @@ def measure_ceilings() -> dict:
     copy = jax.ffi.ffi_call("tsmm_stream_copy", jax.ShapeDtypeStruct((n,), jnp.float32))
     read_s = stream_read_seconds(x)
     copy_s = seconds_per_call(copy, [(v,) for v in x], 4 * GIB / NOMINAL_BANDWIDTH)
-    del x
+    return {"read_bytes_per_s": 2 * GIB / read_s, "copy_bytes_per_s": 2 * 2 * GIB / copy_s}
+
+
+def measure_ceilings() -> dict:
+    """The streaming kernels' bandwidths (``stream_ceilings``) and the FP64/FP32
+    peak (flop/s) of a large matmul."""
+    bandwidths = stream_ceilings()
     peaks = {}
     for dtype in (jnp.float64, jnp.float32):
         size = 8192
         a = jax.random.normal(jax.random.key(3), (size, size), dtype)
         matmul = lambda p, q: jnp.matmul(p, q, precision=lax.Precision.HIGHEST)
         peaks[np.dtype(dtype).name] = 2 * size**3 / seconds_per_call(matmul, [(a, a)], 2 * size**3 / NOMINAL_FLOPS)
-    return {
-        "read_bytes_per_s": 2 * GIB / read_s,
-        "copy_bytes_per_s": 2 * 2 * GIB / copy_s,
-        "peak_flops": {**peaks, "complex128": peaks["float64"], "complex64": peaks["float32"]},
-    }
+    return {**bandwidths, "peak_flops": {**peaks, "complex128": peaks["float64"], "complex64": peaks["float32"]}}
 
 
 # --- one shape -----------------------------------------------------------------
