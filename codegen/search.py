@@ -269,10 +269,9 @@ def neighbours(problem: Problem, config: Config) -> list[Config]:
     orientation and (mma) the FMA edges, the tile trimmed to the core's blocks where
     it overhangs: the tuner's local search around its fastest candidate
     (benchmarking every candidate, as Tensile does, on a neighbourhood instead of
-    the whole space). Rows per stage follow a change of row groups pass for pass.
-    A step whose blocks no longer fit an SM as many times takes the most blocks per
-    SM that fit, so that deeper stages are not ruled out by the occupancy they
-    started from."""
+    the whole space). Rows per stage follow a change of row groups pass for pass,
+    and blocks per SM fall with a step whose blocks no longer fit as many times
+    (``_fitted_steps``)."""
     c = config
     start = KernelSpec(problem, c)
     passes = c.rows_per_stage // start.rows_per_pass
@@ -302,13 +301,20 @@ def neighbours(problem: Problem, config: Config) -> list[Config]:
         edged = dataclasses.replace(c, fma_edges=not c.fma_edges)
         blocks_m, blocks_n = (KernelSpec(problem, edged).mma_blocks(w) for w in (problem.m, problem.n))
         steps.append(dict(fma_edges=not c.fma_edges, tile_m=min(c.tile_m, blocks_m), tile_n=min(c.tile_n, blocks_n)))
+    return _fitted_steps(c, steps, lambda f: _usable(KernelSpec(problem, f)))
+
+
+def _fitted_steps(start, steps: list[dict], usable) -> list:
+    """``start`` moved by each of ``steps``, distinct and other than ``start``: at
+    the blocks per SM a step sets, else at the most blocks per SM, up to
+    ``start``'s, that ``usable`` admits (a step that makes the blocks larger is
+    not ruled out by the occupancy it started from)."""
     found = []
     for step in steps:
-        moved = dataclasses.replace(c, **step)
-        tries = [moved.blocks_per_sm] if "blocks_per_sm" in step else range(c.blocks_per_sm, 0, -1)
-        fitted = next((f for f in (dataclasses.replace(moved, blocks_per_sm=b) for b in tries)
-                       if _usable(KernelSpec(problem, f))), None)
-        if fitted is not None and fitted != c and fitted not in found:
+        moved = dataclasses.replace(start, **step)
+        tries = [moved.blocks_per_sm] if "blocks_per_sm" in step else range(start.blocks_per_sm, 0, -1)
+        fitted = next((f for f in (dataclasses.replace(moved, blocks_per_sm=b) for b in tries) if usable(f)), None)
+        if fitted is not None and fitted != start and fitted not in found:
             found.append(fitted)
     return found
 
@@ -459,12 +465,4 @@ def mtsm_neighbours(problem: MtsmProblem, config: MtsmConfig) -> list[MtsmConfig
         if not c.mma:
             steps += [dict(k_groups=g, k_steps=max(1, c.k_steps * c.k_groups // g))
                       for g in (c.k_groups // 2, c.k_groups * 2) if g >= 1]
-    found = []
-    for step in steps:
-        moved = dataclasses.replace(c, **step)
-        tries = [moved.blocks_per_sm] if "blocks_per_sm" in step else range(c.blocks_per_sm, 0, -1)
-        fitted = next((f for f in (dataclasses.replace(moved, blocks_per_sm=b) for b in tries)
-                       if _mtsm_usable(MtsmSpec(problem, f))), None)
-        if fitted is not None and fitted != c and fitted not in found:
-            found.append(fitted)
-    return found
+    return _fitted_steps(c, steps, lambda f: _mtsm_usable(MtsmSpec(problem, f)))
