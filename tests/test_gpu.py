@@ -538,27 +538,44 @@ def test_calls_inside_a_jitted_loop():
     assert_close(np.asarray(prod) / 4, a, c, op="ab")
 
 
-def test_tuned_kernels():
-    """Every kernel configuration the shipped tuning databases of this architecture
-    (its own and its GPU models') choose for atb, ab and ab's fused update
-    (complex calls' real views included), on fresh random operands of an odd K.
+def _tuned_cases() -> dict[str, list[tuple[Problem, KernelSpec]]]:
+    """Database key -> (the call's problem, its kernel: a real view's for a complex
+    call where the entry says so) of every entry naming a kernel in the shipped
+    tuning databases of this architecture (its own and its GPU models')."""
+    cases = {}
+    for path in sorted(_dispatch.TUNING_DIR.glob(f"{_cuda.arch()}.*json")):
+        for key, entries in json.loads(path.read_text())["entries"].items():
+            op, dtype, shape = key.split(":")
+            if op.startswith("mtsm"):
+                continue
+            m, n = map(int, shape.split("x"))
+            problem = Problem("ab" if op == "ab_update" else op, dtype, m, n, update=op == "ab_update")
+            for e in entries:
+                if e["config"] is not None:
+                    kernel = _dispatch.real_view_problem(problem) if e.get("real_view") else problem
+                    cases.setdefault(key, []).append((problem, KernelSpec(kernel, Config(**e["config"]))))
+    return {key: list(dict.fromkeys(found)) for key, found in cases.items()}
+
+
+TUNED_CASES = _tuned_cases()
+
+
+@pytest.fixture(scope="module")
+def tuned_kernels_compiled(request):
+    """Compile the kernels of the selected ``test_tuned_kernels`` keys in parallel first."""
+    keys = {item.callspec.params["key"] for item in request.session.items
+            if getattr(item, "originalname", "") == "test_tuned_kernels"}
+    _kernels.precompile([spec for key in keys for _, spec in TUNED_CASES[key]], _cuda.arch())
+
+
+@pytest.mark.parametrize("key", sorted(TUNED_CASES))
+def test_tuned_kernels(key, tuned_kernels_compiled):
+    """Every kernel configuration the shipped tuning databases choose for atb, ab and
+    ab's fused update (complex calls' real views included), one database key a case
+    (``-k 'atb:complex128:37x37'`` runs one), on fresh random operands of an odd K.
     (tests/test_mtsm_gpu.py runs their mtsm entries.)"""
-    files = sorted(_dispatch.TUNING_DIR.glob(f"{_cuda.arch()}.*json"))
-    cases = []  # (the call's problem, the kernel: a real view's for a complex call where the entry says so)
-    for key, entries in (item for f in files for item in json.loads(f.read_text())["entries"].items()):
-        op, dtype, shape = key.split(":")
-        if op.startswith("mtsm"):
-            continue
-        m, n = map(int, shape.split("x"))
-        problem = Problem("ab" if op == "ab_update" else op, dtype, m, n, update=op == "ab_update")
-        for e in entries:
-            if e["config"] is not None:
-                kernel = _dispatch.real_view_problem(problem) if e.get("real_view") else problem
-                cases.append((problem, KernelSpec(kernel, Config(**e["config"]))))
-    cases = list(dict.fromkeys(cases))
-    _kernels.precompile([spec for _, spec in cases], _cuda.arch())
     rng = np.random.default_rng()
-    for p, spec in cases:
+    for p, spec in TUNED_CASES[key]:
         k = 3 * spec.rows_per_chunk + 5
         a, b = operands(rng, p.op, p.dtype, k, p.m, p.n)
         if p.update:
