@@ -258,4 +258,4 @@ def _shrink_to_fit(problem: Problem, config: Config) -> Config:
                 rows_per_stage=max(granule, config.rows_per_stage // granule * granule))
         else:
             validate(spec)  # raises with the reason
-            raise InvalidSpec(f"{spec.name}: needs {spec.shared_bytes} bytes of shared memory")
+            raise InvalidSpec(f"needs {spec.shared_bytes} bytes of shared memory", spec)

@@ -297,7 +297,7 @@ def validate(spec: MtsmSpec) -> None:
         if c.rows_per_thread < 1 or c.row_warps < 1 or c.k_groups < 1 or c.k_steps < 1:
             errors.append("rows_per_thread, row_warps, k_groups and k_steps must be >= 1")
     if errors:
-        raise InvalidSpec(f"{spec.name}: " + "; ".join(errors))
+        raise InvalidSpec("; ".join(errors), spec)
     if spec.threads > MAX_THREADS:
         errors.append(f"{spec.threads} threads per block exceed {MAX_THREADS}")
     if spec.shared_bytes > MAX_SHARED_BYTES:
@@ -307,7 +307,7 @@ def validate(spec: MtsmSpec) -> None:
     if spec.resident_blocks() < c.blocks_per_sm:
         errors.append(f"only {spec.resident_blocks()} blocks fit one SM, not blocks_per_sm {c.blocks_per_sm}")
     if errors:
-        raise InvalidSpec(f"{spec.name}: " + "; ".join(errors))
+        raise InvalidSpec("; ".join(errors), spec)
 
 
 # --- the model's default configuration ---------------------------------------------

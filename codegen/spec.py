@@ -35,7 +35,18 @@ VECTOR_BYTES = 16  # every stage is copied with 16-byte cp.async where alignment
 
 
 class InvalidSpec(ValueError):
-    """A spec that would not generate correct code; the message says why."""
+    """A spec that would not generate correct code; the message says why, after the
+    kernel's name where a spec is given. The name is hashed only when the message
+    is read: the search rejects hundreds of thousands of specs, and naming each
+    one had taken half of its time (``codegen.search.candidates`` at float64 atb
+    88x88: 12.4 s, 5.3 s since, on a 2-core development machine, 2026-11-25)."""
+
+    def __init__(self, reasons: str, spec=None):
+        super().__init__(reasons)
+        self.reasons, self.spec = reasons, spec
+
+    def __str__(self) -> str:
+        return f"{self.spec.name}: {self.reasons}" if self.spec is not None else self.reasons
 
 
 class ElementType:
@@ -471,8 +482,8 @@ class KernelSpec:
     def name(self) -> str:
         """Kernel symbol: readable prefix + hash of everything that shapes the source."""
         p, c = self.problem, self.config
-        source_fields = dataclasses.asdict(c)
-        del source_fields["waves"]  # a launch parameter, not part of the source
+        source_fields = {f.name: getattr(c, f.name) for f in dataclasses.fields(c)  # asdict deep-copies
+                         if f.name != "waves"}  # a launch parameter, not part of the source
         digest = hashlib.sha1(repr((p, sorted(source_fields.items()))).encode()).hexdigest()[:10]
         op = p.op + ("c" if p.conj else "") + ("_update" if p.update else "")
         return f"tsmm_{op}_{p.dtype}_m{p.m}_n{p.n}_{digest}"
@@ -595,22 +606,22 @@ def validate(spec: KernelSpec) -> None:
     ):
         errors.append(f"the flat mapping serves FMA ab with M up to {FLAT_MAX_M}, a 1x1 tile, C from global memory, "
                       "nothing staged or padded")
-        raise InvalidSpec(f"{spec.name}: " + "; ".join(errors))
+        raise InvalidSpec("; ".join(errors), spec)
     if c.stage_copy not in STAGE_COPIES:
         errors.append(f"stage_copy must be one of {STAGE_COPIES}, got {c.stage_copy!r}")
     if c.c_source not in ("shared", "global"):
         errors.append(f"c_source must be 'shared' or 'global', got {c.c_source!r}")
     if not 1 <= c.m_panels <= (p.m if p.op == "atb" else 1):
         errors.append(f"m_panels {c.m_panels} must lie in 1..M for atb and be 1 for ab")
-        raise InvalidSpec(f"{spec.name}: " + "; ".join(errors))
+        raise InvalidSpec("; ".join(errors), spec)
     if c.stage_copy == "bulk" and not _bulk_fits(spec):
         errors.append("bulk stage copies serve DMMA atb (float64, float32), and ab with staged output and no "
                       "update: float64 DMMA whose passes hold whole groups of 8 x row spacing rows, wgmma with "
                       "M not a multiple of 32")
-        raise InvalidSpec(f"{spec.name}: " + "; ".join(errors))
+        raise InvalidSpec("; ".join(errors), spec)
     if c.tf32x3 and not (c.mma and p.dtype == "float32"):
         errors.append("tf32x3 applies to float32 with mma")
-        raise InvalidSpec(f"{spec.name}: " + "; ".join(errors))
+        raise InvalidSpec("; ".join(errors), spec)
     if c.wgmma and not (
         c.tf32x3 and p.op == "ab" and not p.update and c.c_source == "shared"
         and (c.tile_m, c.tile_n) == (2, _ceil_div(p.n, 8)) and c.row_groups % 4 == 0
@@ -618,15 +629,15 @@ def validate(spec: KernelSpec) -> None:
         errors.append("wgmma serves 3xTF32 ab without the update, C from shared memory, whole warpgroups "
                       "(row_groups a multiple of 4) of warps with 2 slabs of 8 rows and all blocks of 8 "
                       "columns each")
-        raise InvalidSpec(f"{spec.name}: " + "; ".join(errors))
+        raise InvalidSpec("; ".join(errors), spec)
     if c.fma_edges and not (p.op == "atb" and c.mma and p.m >= 8 and p.n >= 8 and (p.m % 8 or p.n % 8)):
         errors.append("fma_edges serves mma atb with M and N from 8 and at least one not a multiple of 8")
-        raise InvalidSpec(f"{spec.name}: " + "; ".join(errors))
+        raise InvalidSpec("; ".join(errors), spec)
     if c.mma and (p.dtype not in MMA_DTYPES or c.m_panels != 1
                   or (p.op == "ab" and c.c_source != ("shared" if c.wgmma else "global"))):
         errors.append(f"mma (DMMA) serves {' and '.join(MMA_DTYPES)} without panels, for ab with C from global "
                       "memory (wgmma: from shared memory)")
-        raise InvalidSpec(f"{spec.name}: " + "; ".join(errors))
+        raise InvalidSpec("; ".join(errors), spec)
     inner_m = spec.panel_m if p.op == "atb" else c.rows_per_stage
     if c.mma:
         tile_limits = (spec.mma_blocks(p.m), spec.mma_blocks(p.n)) if p.op == "atb" else (_ceil_div(inner_m, 8), _ceil_div(p.n, 8))
@@ -648,7 +659,7 @@ def validate(spec: KernelSpec) -> None:
             "that every stage starts 16-byte aligned relative to the matrix"
         )
     if errors:
-        raise InvalidSpec(f"{spec.name}: " + "; ".join(errors))
+        raise InvalidSpec("; ".join(errors), spec)
     if spec.threads > MAX_THREADS:
         errors.append(f"{spec.threads} threads per block exceed {MAX_THREADS}")
     if spec.shared_bytes > MAX_SHARED_BYTES:
@@ -658,4 +669,4 @@ def validate(spec: KernelSpec) -> None:
     if spec.threads * max(spec.estimated_registers(), 32) > 65536:
         errors.append("the block needs more registers than one SM has")
     if errors:
-        raise InvalidSpec(f"{spec.name}: " + "; ".join(errors))
+        raise InvalidSpec("; ".join(errors), spec)

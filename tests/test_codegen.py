@@ -129,8 +129,9 @@ def test_model_kernels_fit_their_launch_bounds():
 def test_invalid_specs_are_rejected_with_a_reason(change, reason):
     base = Config(tile_m=8, tile_n=8, row_groups=4, rows_per_stage=64, stages=3)
     spec = KernelSpec(Problem("atb", "float64", 8, 8), dataclasses.replace(base, **change))
-    with pytest.raises(InvalidSpec, match=reason):
+    with pytest.raises(InvalidSpec, match=reason) as error:
         validate(spec)
+    assert str(error.value).startswith(f"{spec.name}: ")  # the message names the kernel
 
 
 @pytest.mark.parametrize("problem, change", [
