@@ -13,7 +13,8 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from .spec import MMA_DTYPES, Config, InvalidSpec, KernelSpec, Problem, has_wgmma, validate, wgmma_fragment_vector
+from .spec import (MMA_DTYPES, Config, InvalidSpec, KernelSpec, Problem, has_bulk_copies, has_wgmma, validate,
+                   wgmma_fragment_vector)
 
 TARGET_THREADS = 256
 MIN_THREADS = 128
@@ -47,6 +48,15 @@ WGMMA_WIDTHS = range(33, 65)
 # with vector copies, and at 40, 48 and 56 (vector fragment loads: 91.8, 92.4, 103.6
 # against 87.4, 81.4, 102.0 %). (At M = N beyond 56 the register estimate keeps the
 # model's two blocks on vector copies.)
+# DMMA atb with a result beyond 64 x 64 entries (wider than the database's widths; a
+# complex problem's real view) stages by bulk copies on sm_90, its stage rounded to whole
+# passes of rows taken row_spacing apart, where that fits the shared-memory budget
+# (float64 widths that are multiples of 8, whose passes are 32 rows, mostly keep vector
+# copies). The model's configuration with vector and with bulk copies, on an H100
+# (2026-11-25, tuner, complex atb as real views): 74 x 74 53.1 -> 76.9 %, 102 x 102
+# 52.5 -> 65.2 %, float32 88 x 88 50.8 -> 59.7 % and 120 x 120 75.2 -> 90.5 % of the
+# roofline.
+BULK_ATB_MIN_OUTPUTS = 64 * 64
 
 
 def registers_fit(spec: KernelSpec) -> bool:
@@ -189,7 +199,16 @@ def default_config(problem: Problem, arch: str = "") -> Config:
     atb_mma = problem.m * problem.n > ATB_MMA_MIN_OUTPUTS and min(problem.m, problem.n) >= ATB_MMA_MIN_WIDTH
     if problem.dtype in MMA_DTYPES and (problem.m * problem.n > MMA_MIN_OUTPUTS or problem.op == "atb" and atb_mma):
         mma_config = _atb_mma_config if problem.op == "atb" else _ab_mma_config
-        return _shrink_to_fit(problem, mma_config(problem))
+        config = _shrink_to_fit(problem, mma_config(problem))
+        if problem.op == "atb" and problem.m * problem.n > BULK_ATB_MIN_OUTPUTS and arch and has_bulk_copies(arch):
+            bulk = dataclasses.replace(config, stage_copy="bulk")
+            granule = KernelSpec(problem, bulk).rows_per_pass  # rows taken row_spacing apart
+            try:
+                return _shrink_to_fit(problem, dataclasses.replace(
+                    bulk, rows_per_stage=max(granule, bulk.rows_per_stage // granule * granule)))
+            except InvalidSpec:
+                pass  # a layout the bulk copies do not serve
+        return config
     if problem.op == "atb":
         # More panels (blocks along M) only when one block cannot hold the result.
         for m_panels in range(1, problem.m + 1):

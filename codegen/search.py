@@ -11,7 +11,8 @@ import math
 from . import mtsm
 from .model import _split, default_config, registers_fit, wgmma_config
 from .mtsm import MtsmConfig, MtsmProblem, MtsmSpec
-from .spec import FLAT_MAX_M, MMA_DTYPES, VECTOR_BYTES, Config, InvalidSpec, KernelSpec, Problem, has_wgmma, validate
+from .spec import (FLAT_MAX_M, MMA_DTYPES, VECTOR_BYTES, Config, InvalidSpec, KernelSpec, Problem, has_bulk_copies,
+                   has_wgmma, validate)
 
 SM_REGISTERS = 65536
 SM_SHARED_BYTES = 228 * 1024
@@ -84,11 +85,6 @@ def _stage_outs(problem: Problem) -> tuple[bool, ...]:
     return (True, False) if problem.op == "ab" else (False,)
 
 
-def _has_bulk_copies(arch: str) -> bool:
-    """Whether GPUs of ``arch`` ("sm_90", "sm_90a", ...) have cp.async.bulk and transaction barriers."""
-    return int(arch.removeprefix("sm_").rstrip("af")) >= 90
-
-
 def _mma_candidates(problem: Problem, arch: str) -> dict[Config, float]:
     """Tensor-core configurations, scored like the rest with the tensor cores' rate
     counted as twice the reuse: DMMA (float64, float32) and, for float32, 3xTF32
@@ -99,7 +95,7 @@ def _mma_candidates(problem: Problem, arch: str) -> dict[Config, float]:
     WAVES waves of blocks (a launch parameter the measurement decides)."""
     found = {}
     atb = problem.op == "atb"
-    bulk = _has_bulk_copies(arch)
+    bulk = has_bulk_copies(arch)
     tf32_options = (False, True) if problem.dtype == "float32" else (False,)
     probe = KernelSpec(problem, Config(tile_m=1, tile_n=1, mma=True, rows_per_stage=8, row_groups=1, c_source="global"))
     row_bytes = (probe.smem_stride(problem.m) + (probe.smem_stride(problem.n) if atb else 0)) * problem.element_bytes
@@ -243,7 +239,7 @@ def candidates(problem: Problem, limit: int = 16, arch: str = "sm_90") -> list[C
     # then the flat mapping's start and two of its variants.
     firsts = [default]
     with_bulk = dataclasses.replace(default, stage_copy="bulk")
-    if with_bulk != default and _has_bulk_copies(arch) and _valid(KernelSpec(problem, with_bulk)):
+    if with_bulk != default and has_bulk_copies(arch) and _valid(KernelSpec(problem, with_bulk)):
         firsts.append(with_bulk)
     firsts += [c for c in flat_candidates(problem)[:3] if c not in firsts]
     return (firsts + [c for c in ranked if c not in firsts])[:limit]

@@ -524,6 +524,11 @@ def bulk_layout(m: int, n: int, element_bytes: int = 8) -> tuple[int, int, int]:
     return best
 
 
+def has_bulk_copies(arch: str) -> bool:
+    """Whether GPUs of ``arch`` ("sm_90", "sm_90a", ...) have cp.async.bulk and transaction barriers."""
+    return int(arch.removeprefix("sm_").rstrip("af")) >= 90
+
+
 def has_wgmma(arch: str) -> bool:
     """Whether GPUs of ``arch`` run wgmma kernels: sm_90 alone (they are built for its
     arch-specific sm_90a target, which no other architecture runs)."""

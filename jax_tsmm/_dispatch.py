@@ -36,7 +36,7 @@ from jax_tsmm.codegen.abi import MAX_BATCH_DIMS
 
 KERNEL_DTYPES = ("float32", "float64", "complex64", "complex128")
 MAX_WIDTH = 128
-REAL_VIEW_MAX_ATB_ENTRIES = 64 * 64  # of the real problem's result, for the model's rule
+REAL_VIEW_MAX_FLOAT32_ATB_ENTRIES = 64 * 64  # of a complex64 real view's result, for the model's rule
 REAL_COMPONENT = {"complex64": "float32", "complex128": "float64"}
 SMALL_K = 1 << 17  # below it, where nothing was tuned that small, XLA serves (see tuned)
 SMALL_K_TIMED = 1 << 16
@@ -206,13 +206,18 @@ def _model_prefers_real_view(real: Problem) -> bool:
     """The real view pays where its real problem runs on the tensor cores (measured
     on an H100, 2026-11-22: complex atb 5..32 at 75-97 % of roofline as real
     views, ab 10..24 at 87-95 %); narrower, the complex FMA kernels do as well
-    with no expansion or combination. atb's real result beyond
-    REAL_VIEW_MAX_ATB_ENTRIES is too large for one block's warp tiles (complex 56x56
-    and 64x64 at 6-10 %), while a narrow and long one is not (complex128 13x48 as
-    the real 26x96: the model's kernel 81 % against the complex kernels' 54 % at
-    most, H200, 2026-11-24); ab's real view stays ahead of the complex kernels
-    there (complex128 ab 40..64: 47-65 % against 25-31 %)."""
-    if real.op == "atb" and real.m * real.n > REAL_VIEW_MAX_ATB_ENTRIES:
+    with no expansion or combination. Beyond a real result of 64x64 entries
+    (complex atb wider than 32), on an H100 (2026-11-25, tuner): complex128's real
+    view ran 52-68 % with the model's vector copies (65-77 % with the bulk copies
+    the model now takes at 37 and 51) where the complex kernels ran 35-50 %, at all
+    7 widths timed in 37..60. complex64's widened-float DMMA kernel with vector
+    copies lost to the complex kernels at 37 and 44 (36.4 and 50.8 % against 59.2
+    and 56.2 %); with bulk copies it won at 44 and 60 (59.7 and 90.5 % against 56.2
+    and 68.5 %) and was not timed at the other widths, so a float32 real result
+    stays within REAL_VIEW_MAX_FLOAT32_ATB_ENTRIES. ab's real view stays ahead of the
+    complex kernels beyond 32 too (complex128 ab 40..64: 47-65 % against
+    25-31 %)."""
+    if real.op == "atb" and real.dtype == "float32" and real.m * real.n > REAL_VIEW_MAX_FLOAT32_ATB_ENTRIES:
         return False
     try:
         return default_config(real).mma

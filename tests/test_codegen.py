@@ -14,6 +14,7 @@ import pytest
 from jax_tsmm import _kernels
 from jax_tsmm.codegen import Config, InvalidSpec, KernelSpec, Problem, default_config, module_source, validate
 from jax_tsmm.codegen.prebuilt import prebuilt_specs
+from jax_tsmm.codegen.model import SHARED_BUDGET, registers_fit
 from jax_tsmm.codegen.emit import _vector_element, _vector_order, kernel_source
 from jax_tsmm.codegen.search import (LARGE_TILE_BLOCKS, ONE_BLOCK_STAGE_BYTES, _usable, candidates, flat_candidates, neighbours,
                                      occupancy_ok)
@@ -66,6 +67,9 @@ def _sample_specs() -> list[KernelSpec]:
         (Problem("atb", "float64", 50, 50), Config(tile_m=2, tile_n=6, mapping="blocked", row_groups=2, rows_per_stage=64, stages=2, mma=True, stage_copy="bulk", fma_edges=True, blocks_per_sm=1)),
         (Problem("atb", "float32", 32, 45), Config(tile_m=2, tile_n=5, mapping="blocked", row_groups=2, rows_per_stage=64, stages=3, mma=True, tf32x3=True, fma_edges=True)),
         (Problem("atb", "float32", 19, 12), Config(tile_m=2, tile_n=1, mapping="blocked", row_groups=2, rows_per_stage=64, stages=3, mma=True, fma_edges=True)),
+        # the model's wide atb on sm_90: bulk copies, rows 2 apart (74) and 1 apart (float32 120)
+        (Problem("atb", "float64", 74, 74), default_config(Problem("atb", "float64", 74, 74), "sm_90")),
+        (Problem("atb", "float32", 120, 120), default_config(Problem("atb", "float32", 120, 120), "sm_90")),
         # ab with bulk copies in and bulk stores out: A's rows 4, 2 and 1 apart, and 8 apart in padded groups
         (Problem("ab", "float64", 40, 40), Config(tile_m=2, tile_n=2, mapping="blocked", row_groups=4, rows_per_stage=128, c_source="global", mma=True, stage_out=True, stage_copy="bulk")),
         # atb with an odd width beside a multiple of 8: rows 8 apart, each operand's groups padded to fit
@@ -397,6 +401,36 @@ def test_wgmma_candidates_for_float32_ab_on_sm90_only():
     for other, arch in ((Problem("atb", "float32", 49, 49), "sm_90"), (Problem("ab", "float64", 49, 49), "sm_90"),
                         (Problem("ab", "float32", 49, 49, update=True), "sm_90"), (problem, "sm_100")):
         assert not any(c.wgmma for c in candidates(other, limit=64, arch=arch))
+
+
+def test_model_stages_wide_dmma_atb_by_bulk_copies_on_sm90():
+    """On sm_90 the model's DMMA atb with a result beyond 64 x 64 entries stages by
+    bulk copies, in whole passes of rows, where they fit its shared-memory budget: the
+    four real views measured so (H100, 2026-11-25, docs/bench/h100-2026-11-25[ef]-*)
+    exactly; float64 multiples of 8, whose passes are 32 rows, keep vector copies at
+    88 x 88. Within 64 x 64 entries (the database's widths), and with no architecture
+    named (the prebuilt set's), vector copies."""
+    measured_rows = {Problem("atb", "float64", 74, 74): 24, Problem("atb", "float64", 102, 102): 16,
+                     Problem("atb", "float32", 88, 88): 44, Problem("atb", "float32", 120, 120): 32}
+    for problem, rows in measured_rows.items():
+        config = default_config(problem, "sm_90")
+        assert (config.stage_copy, config.rows_per_stage, config.stages, config.tile_m, config.tile_n) == (
+            "bulk", rows, 3, 4, 4), config
+        assert dataclasses.replace(config, stage_copy="vector") == default_config(problem)
+    for problem in (Problem("atb", "float64", 88, 88), Problem("atb", "float64", 64, 64), Problem("atb", "float32", 64, 64)):
+        assert default_config(problem, "sm_90").stage_copy == "vector", problem
+    bulk = 0
+    for dtype in ("float64", "float32"):
+        for m in range(2, 129, 7):
+            for n in range(66, 129, 5):
+                problem = Problem("atb", dtype, m, n)
+                config = default_config(problem, "sm_90")
+                spec = KernelSpec(problem, config)
+                validate(spec)
+                assert spec.shared_bytes <= SHARED_BUDGET and registers_fit(spec), spec.name
+                assert config.stage_copy == "vector" or m * n > 64 * 64, spec.name
+                bulk += config.stage_copy == "bulk"
+    assert bulk > 100
 
 
 def test_model_takes_wgmma_for_wide_float32_ab_on_sm90_only():

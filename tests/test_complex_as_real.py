@@ -72,7 +72,8 @@ def test_real_view_times_expanded_c_is_the_complex_product(conj, batch):
 
 def test_model_runs_complex_problems_on_tensor_cores_as_their_real_view(model_dispatch):
     """Without a database entry, the real view serves where its real problem's model
-    kernel uses DMMA; narrower problems stay on their complex kernels."""
+    kernel uses DMMA; narrower problems stay on their complex kernels, and so does
+    complex64 atb whose real result exceeds 64 x 64 entries."""
     for dtype in ("complex64", "complex128"):
         for conj in (False, True):
             spec = select("atb", dtype, 8, 8, conj=conj)
@@ -82,10 +83,14 @@ def test_model_runs_complex_problems_on_tensor_cores_as_their_real_view(model_di
     assert select("ab", "complex128", 16, 16, update=True).problem == Problem("ab", "float64", 32, 32, update=True)
     assert select("ab", "complex128", 64, 64).problem == Problem("ab", "float64", 128, 128)
     assert select("ab", "complex128", 8, 8).problem == Problem("ab", "complex128", 8, 8)
-    # a long and narrow real result fits one block (atb); too wide for the real kernels, or too
-    # large for one block of them; ruled out by the caller:
+    # wide complex128 atb (on sm_90 with bulk copies where they fit); too wide for the real
+    # kernels; complex64 beyond 64 x 64 real entries; ruled out by the caller:
     assert select("atb", "complex128", 13, 48).problem == Problem("atb", "float64", 26, 96)
+    wide = select("atb", "complex128", 37, 37)
+    assert wide.problem == Problem("atb", "float64", 74, 74) and wide.config.stage_copy == "bulk"
+    assert select("atb", "complex128", 64, 40).problem == Problem("atb", "float64", 128, 80)
     assert select("atb", "complex128", 65, 30).problem == Problem("atb", "complex128", 65, 30)
+    assert select("atb", "complex64", 13, 48).problem == Problem("atb", "float32", 26, 96)
     assert select("atb", "complex64", 33, 33).problem == Problem("atb", "complex64", 33, 33)
     native = select("ab", "complex128", 16, 16, update=True, real_view=False)
     assert native.problem == Problem("ab", "complex128", 16, 16, update=True)
@@ -265,6 +270,21 @@ def test_products_through_the_real_view(dtype, m, n, k):
     update = lambda a, c, y: jax_tsmm.ab(a, c, out=y, alpha=-1, beta=1)
     _assert_real_view(update, a, c, y)
     _update_close(jax.jit(update)(a, c, y), a, c, y, -1, 1, False)
+
+
+@pytest.mark.gpu
+@pytest.mark.usefixtures("model_dispatch")
+@pytest.mark.parametrize("m, n", [(37, 37), (64, 40), (34, 61)])
+def test_wide_complex128_atb_through_the_models_real_view(m, n):
+    """The model's real view of complex128 atb beyond a real result of 64 x 64
+    entries (DMMA, on sm_90 with bulk copies where they fit), both conj, odd K."""
+    rng = np.random.default_rng()
+    a = random_operand(rng, (100_003, m), "complex128")
+    b = random_operand(rng, (100_003, n), "complex128")
+    for conj in (False, True):
+        atb = lambda a, b: jax_tsmm.atb(a, b, conj=conj)
+        _assert_real_view(atb, a, b)
+        assert_close(jax.jit(atb)(a, b), a, b, op="atb", conj=conj)
 
 
 @pytest.mark.gpu
