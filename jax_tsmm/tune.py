@@ -165,7 +165,8 @@ def tune_problem(problem: Problem, ceilings: dict, limit: int, arch: str, ranges
         return [KernelSpec(spec.problem, c) for c in neighbours(spec.problem, spec.config)]
 
     def note(spec: KernelSpec) -> str:
-        where = f"  (tuned on {tuned_elsewhere[spec]})" if spec in tuned_elsewhere else ""
+        # dispatch's kernel on that model: its tuned winner, or its model's where it has no entry
+        where = f"  (dispatch's choice on {tuned_elsewhere[spec]})" if spec in tuned_elsewhere else ""
         return ("  (real view)" if _dispatch.is_real_view(spec, problem.dtype) else "") + where
 
     entries = []
