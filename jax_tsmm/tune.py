@@ -5,6 +5,7 @@
                             [--db PATH | --device-db]
     python -m jax_tsmm.tune --from-bench bench.json [...] [--device-db]
     python -m jax_tsmm.tune --xla-aligned-from bench.json [...] [--device-db]
+    python -m jax_tsmm.tune --compile-only [--ops ...] [--dtypes ...] [--shapes ...] [--candidates N] [--k-min K]
 
 For each (op, dtype, M, N) and each K range, the candidates of
 ``codegen.search`` (pruned by hardware limits, occupancy and a register-reuse
@@ -34,6 +35,12 @@ also timed against XLA at K = K_ALIGNED; where XLA is faster the entry says so
 (``xla_faster_at``) and dispatch takes XLA at multiples of that K.
 ``--xla-aligned-from`` records the same from K sweeps of Aᵀ B at power-of-two K
 (``bench --k-sweep``), on the entries that served them.
+
+``--compile-only`` needs nvcc but no GPU: it compiles what the same tuning
+would time before its local search, on any of the architecture's GPU models,
+into the kernel cache, which can travel with the GPU machine's working tree
+(``JAX_TSMM_CACHE_DIR`` naming it on both) so that the GPU idles only while the
+local search's neighbours compile.
 """
 
 from __future__ import annotations
@@ -143,6 +150,28 @@ def _entry(k_min: int, k: int, timings: list, xla_s: float, roof: float) -> dict
     }
 
 
+def opening_specs(problem: Problem, specs: list[KernelSpec], k: int, arch: str,
+                  device: str) -> tuple[list[KernelSpec], KernelSpec | None, dict[KernelSpec, str]]:
+    """What a tuning of ``problem`` at K = ``k`` on a ``device`` times besides the
+    search's ``specs``, before its local search: the kernels dispatch picks for a
+    complex problem's real view's problem and on the architecture's other GPU models
+    (the latter also as kernel -> model), and dispatch's kernel before the run."""
+    incumbent = _dispatch.select(problem.op, problem.dtype, problem.m, problem.n, k, 0, problem.conj, arch,
+                                 device, update=problem.update)
+    real = _dispatch.real_view_problem(problem)
+    real_own = None if real is None else _dispatch.select(real.op, real.dtype, real.m, real.n, k, 0, False,
+                                                          arch, device, update=real.update)
+    elsewhere = {}
+    for other in _dispatch.other_models(arch, device):
+        spec = _dispatch.select(problem.op, problem.dtype, problem.m, problem.n, k, 0, problem.conj, arch,
+                                other, update=problem.update)
+        if spec is not None:
+            elsewhere.setdefault(spec, other)
+    extra = [spec for spec in dict.fromkeys([real_own, *elsewhere])
+             if spec is not None and spec not in specs + [incumbent]]
+    return extra, incumbent, elsewhere
+
+
 def tune_problem(problem: Problem, ceilings: dict, limit: int, arch: str, ranges: set[int] | None = None,
                  refine: int = 0, device: str = "") -> list[dict]:
     """Entries for the K ranges ``ranges`` (indices into K_RANGES; None: all): the fastest candidate in each
@@ -157,9 +186,7 @@ def tune_problem(problem: Problem, ceilings: dict, limit: int, arch: str, ranges
     ``refine`` rounds of ``codegen.search.neighbours`` (see ``time_candidates``)."""
     dtype = np.dtype(problem.dtype)
     specs = candidate_specs(problem, limit, arch)
-    real = _dispatch.real_view_problem(problem)
     ours, xla = bench.operations(problem.op)
-    others = _dispatch.other_models(arch, device)
 
     def neighbours_of(spec: KernelSpec) -> list[KernelSpec]:
         return [KernelSpec(spec.problem, c) for c in neighbours(spec.problem, spec.config)]
@@ -177,18 +204,7 @@ def tune_problem(problem: Problem, ceilings: dict, limit: int, arch: str, ranges
         sets = bench.operand_sets(problem.op, dtype, problem.m, problem.n, k, seed=k)
         roof = bench.roofline_seconds(problem.op, dtype, problem.m, problem.n, k, ceilings)
         xla_s = bench.seconds_per_call(xla, sets, roof)
-        incumbent = _dispatch.select(problem.op, problem.dtype, problem.m, problem.n, k, 0, problem.conj, arch,
-                                     device, update=problem.update)
-        real_own = None if real is None else _dispatch.select(real.op, real.dtype, real.m, real.n, k, 0, False,
-                                                              arch, device, update=real.update)
-        tuned_elsewhere = {}
-        for other in others:
-            spec = _dispatch.select(problem.op, problem.dtype, problem.m, problem.n, k, 0, problem.conj, arch,
-                                    other, update=problem.update)
-            if spec is not None:
-                tuned_elsewhere.setdefault(spec, other)
-        extra = [spec for spec in dict.fromkeys([real_own, *tuned_elsewhere])
-                 if spec is not None and spec not in specs + [incumbent]]
+        extra, incumbent, tuned_elsewhere = opening_specs(problem, specs, k, arch, device)
         timings = time_candidates(specs + extra, incumbent, ours, sets, roof, arch, refine, neighbours_of, note)
         entry = _entry(range_min if k_sample else largest_range_min(k), k, timings, xla_s, roof)
         best = min(timings, key=lambda t: t[0])[1]
@@ -201,6 +217,17 @@ def tune_problem(problem: Problem, ceilings: dict, limit: int, arch: str, ranges
     return entries
 
 
+def mtsm_opening_specs(problem: MtsmProblem, specs: list[MtsmSpec], size: int, arch: str,
+                       device: str) -> tuple[list[MtsmSpec], MtsmSpec | None]:
+    """``opening_specs`` of an mtsm problem at M = K = ``size``: the kernels dispatch
+    picks on the architecture's other GPU models, and dispatch's kernel before the run."""
+    incumbent = _mtsm.select(problem.dtype, problem.transpose_a, problem.n, problem.conj, size, arch, device)
+    elsewhere = [_mtsm.select(problem.dtype, problem.transpose_a, problem.n, problem.conj, size, arch, other)
+                 for other in _dispatch.other_models(arch, device)]
+    extra = [spec for spec in dict.fromkeys(elsewhere) if spec is not None and spec not in specs + [incumbent]]
+    return extra, incumbent
+
+
 def tune_mtsm_problem(problem: MtsmProblem, ceilings: dict, limit: int, arch: str, ranges: set[int] | None = None,
                       refine: int = 0, device: str = "") -> list[dict]:
     """Entries for the ranges ``ranges`` of MTSM_K_RANGES (None: all), each timed at
@@ -209,7 +236,6 @@ def tune_mtsm_problem(problem: MtsmProblem, ceilings: dict, limit: int, arch: st
     and ``refine`` rounds of their neighbours, or XLA where it measured faster."""
     specs = [MtsmSpec(problem, c) for c in mtsm_candidates(problem, limit)]
     ours, xla = bench.mtsm_operations(problem.transpose_a)
-    others = _dispatch.other_models(arch, device)
 
     def neighbours_of(spec: MtsmSpec) -> list[MtsmSpec]:
         return [MtsmSpec(problem, c) for c in mtsm_neighbours(problem, spec.config)]
@@ -221,14 +247,30 @@ def tune_mtsm_problem(problem: MtsmProblem, ceilings: dict, limit: int, arch: st
         sets = bench.mtsm_operand_sets(problem.dtype, size, problem.n, seed=size)
         roof = bench.mtsm_roofline_seconds(problem.dtype, size, problem.n, size, ceilings)
         xla_s = bench.seconds_per_call(xla, sets, roof)
-        incumbent = _mtsm.select(problem.dtype, problem.transpose_a, problem.n, problem.conj, size, arch, device)
-        elsewhere = [_mtsm.select(problem.dtype, problem.transpose_a, problem.n, problem.conj, size, arch, other)
-                     for other in others]
-        extra = [spec for spec in dict.fromkeys(elsewhere) if spec is not None and spec not in specs + [incumbent]]
+        extra, incumbent = mtsm_opening_specs(problem, specs, size, arch, device)
         timings = time_candidates(specs + extra, incumbent, ours, sets, roof, arch, refine, neighbours_of)
         entries.append(_entry(range_min, size, timings, xla_s, roof))
         del sets
     return entries
+
+
+def opening_kernels(problem: Problem | MtsmProblem, limit: int, arch: str, ranges: set[int]) -> list:
+    """Every kernel a tuning of ``problem`` over ``ranges`` times before its local
+    search, on whichever GPU model of ``arch`` with a database file it runs
+    (``--compile-only``)."""
+    mtsm = isinstance(problem, MtsmProblem)
+    specs = ([MtsmSpec(problem, c) for c in mtsm_candidates(problem, limit)] if mtsm
+             else candidate_specs(problem, limit, arch))
+    found = list(specs)
+    for index in ranges:
+        for model in _dispatch.other_models(arch):
+            if mtsm:
+                extra, incumbent = mtsm_opening_specs(problem, specs, MTSM_K_RANGES[index][1], arch, model)
+            else:
+                k = K_RANGES[index][1] or bench.problem_rows(problem.m, problem.n, np.dtype(problem.dtype))
+                extra, incumbent, _ = opening_specs(problem, specs, k, arch, model)
+            found += [*extra, incumbent]
+    return [spec for spec in dict.fromkeys(found) if spec is not None]
 
 
 def xla_at_aligned_k(problem: Problem, spec: KernelSpec, ceilings: dict, ours, xla) -> dict:
@@ -347,6 +389,10 @@ def main(argv=None) -> None:
                         help="record bench reports' measurements instead of tuning")
     parser.add_argument("--xla-aligned-from", type=pathlib.Path, nargs="+", default=None,
                         help="record where K sweeps of atb at power-of-two K found XLA faster")
+    parser.add_argument("--compile-only", action="store_true",
+                        help="compile what the tuning times before its local search into the kernel cache "
+                             "($JAX_TSMM_CACHE_DIR), on any machine with nvcc, and stop: the cache can travel "
+                             "to the GPU machine")
     bench.add_loop_seconds_option(parser)
     parser.add_argument("--device-db", action="store_true",
                         help="write the database of the GPU model (this GPU's, or the bench reports'), "
@@ -377,6 +423,25 @@ def main(argv=None) -> None:
             print(f"not recorded (served by another file, or by another kernel now): {', '.join(elsewhere)}")
         _save(path, db)
         return
+    dtypes, ops = args.dtypes.split(","), args.ops.split(",")
+    problems = [Problem(op, dtype, m, n) for dtype in dtypes for op in ops if op not in MTSM_OPS
+                for m, n in parse_shapes(args.shapes)]
+    if set(ops) & set(MTSM_OPS):
+        problems += [MtsmProblem(op == "mtsm_t", dtype, n) for dtype in dtypes for op in ops if op in MTSM_OPS
+                     for n in bench.parse_widths(args.shapes)]
+
+    def wanted(problem) -> set[int]:
+        table = MTSM_K_RANGES if isinstance(problem, MtsmProblem) else K_RANGES
+        return {i for i, (range_min, _) in enumerate(table)
+                if args.k_min <= range_min and (args.k_max is None or range_min <= args.k_max)}
+
+    if args.compile_only:
+        arch = _cuda.arch()  # the default architecture where this machine has no GPU
+        kernels = list(dict.fromkeys(spec for problem in problems
+                                     for spec in opening_kernels(problem, args.candidates, arch, wanted(problem))))
+        _kernels.precompile(kernels, arch)
+        print(f"{len(kernels)} kernels for {arch} in {_kernels.cache_dir()}")
+        return
     jax.config.update("jax_enable_x64", True)
     if not _cuda.register_targets():
         raise SystemExit("jax_tsmm.tune needs a GPU and the CUDA extension")
@@ -386,26 +451,19 @@ def main(argv=None) -> None:
     db = json.loads(path.read_text()) if path.exists() else {"entries": {}}
     ceilings = bench.measure_ceilings()
     db.update(device=device, arch=arch, ceilings=ceilings)
-    dtypes, ops = args.dtypes.split(","), args.ops.split(",")
-    problems = [Problem(op, dtype, m, n) for dtype in dtypes for op in ops if op not in MTSM_OPS
-                for m, n in parse_shapes(args.shapes)]
-    if set(ops) & set(MTSM_OPS):
-        problems += [MtsmProblem(op == "mtsm_t", dtype, n) for dtype in dtypes for op in ops if op in MTSM_OPS
-                     for n in bench.parse_widths(args.shapes)]
     for index, problem in enumerate(problems):
         if isinstance(problem, MtsmProblem):
             table, tune_one = MTSM_K_RANGES, tune_mtsm_problem
             key = _dispatch.mtsm_key(problem.transpose_a, problem.dtype, problem.n)
         else:
             table, tune_one, key = K_RANGES, tune_problem, _dispatch.problem_key(problem)
-        wanted = {i for i, (range_min, _) in enumerate(table)
-                  if args.k_min <= range_min and (args.k_max is None or range_min <= args.k_max)}
         old = db["entries"].get(key, [])
-        if not args.again and wanted <= _tuned_ranges(old, table):
+        ranges = wanted(problem)
+        if not args.again and ranges <= _tuned_ranges(old, table):
             continue  # resume
         print(f"[{index + 1}/{len(problems)}] {key}", flush=True)
-        tuned = tune_one(problem, ceilings, args.candidates, arch, wanted, args.refine, device)
-        db["entries"][key] = replace_ranges(old, tuned, wanted, table)
+        tuned = tune_one(problem, ceilings, args.candidates, arch, ranges, args.refine, device)
+        db["entries"][key] = replace_ranges(old, tuned, ranges, table)
         db["date"] = str(datetime.date.today())
         _save(path, db)
 

@@ -12,6 +12,8 @@
 # and profile_xla SHAPES (Nsight Compute, with the pipes' utilization and the
 # instruction mix; scripts/profile_kernels.py), durations
 # SHAPES (each of our kernels' time on the GPU alone, by Nsight Compute).
+# A JAX_TSMM_CACHE_DIR set by the caller is kept: a carried kernel cache, e.g. from
+# `python -m jax_tsmm.tune --compile-only` here (docs/performance.md, Method).
 set -uo pipefail
 OUT=${OUT:-/tmp/jax_tsmm_out}
 mkdir -p "$OUT"

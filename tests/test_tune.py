@@ -121,6 +121,33 @@ def test_kernels_tuned_on_the_architectures_other_gpu_models_compete(monkeypatch
 
 
 @pytest.mark.nvcc
+def test_compile_only_caches_what_the_tuning_times_first(monkeypatch, tmp_path, capsys):
+    """--compile-only, on a machine without a GPU: for each K range asked, the
+    search's candidates and the kernels dispatch picks on every GPU model of the
+    architecture (for the problem and its real view's) land in the kernel cache,
+    where the tuning finds them compiled."""
+    monkeypatch.setenv("JAX_TSMM_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(tune, "K_RANGES", ((0, 300), (1000, 2000)))
+    monkeypatch.setattr(_dispatch, "other_models",
+                        lambda arch, device="": [model for model in ("GPU 1", "GPU 2") if model != device])
+    problem, real = Problem("atb", "complex64", 5, 3), Problem("atb", "float32", 10, 6)
+    picked = {(p, device, k): KernelSpec(p, dataclasses.replace(default_config(p), unroll=u, stages=s))
+              for p in (problem, real) for device, u in (("GPU 1", 3), ("GPU 2", 1)) for k, s in ((300, 2), (2000, 4))}
+    monkeypatch.setattr(_dispatch, "select", lambda op, dtype, m, n, k, batch, conj, arch, device, **kwargs:
+                        picked[(Problem(op, dtype, m, n), device, k)])
+    kernels = tune.opening_kernels(problem, 2, "sm_90", {0, 1})
+    assert kernels[:4] == tune.candidate_specs(problem, 2, "sm_90")
+    assert set(kernels[4:]) == set(picked.values()) and len(kernels) == 4 + len(picked)
+    assert set(tune.opening_kernels(problem, 2, "sm_90", {1})[4:]) == {spec for (_, _, k), spec in picked.items()
+                                                                      if k == 2000}
+    tune.main(["--compile-only", "--ops", "atb", "--dtypes", "complex64", "--shapes", "5x3", "--candidates", "2"])
+    assert capsys.readouterr().out.startswith(f"{len(kernels)} kernels for sm_90 in {tmp_path}")
+    cached = [path.name for path in tmp_path.iterdir()]
+    for spec in kernels:
+        assert any(name.startswith(spec.name + "_sm_90_") for name in cached), spec.name
+
+
+@pytest.mark.nvcc
 def test_mtsm_problems_are_tuned_over_their_own_search(monkeypatch, tmp_path):
     """mtsm's entries, one per range of MTSM_K_RANGES, each timed at M = K = its
     size: the winner of its own candidates and their neighbours, or XLA; main
