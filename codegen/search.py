@@ -11,8 +11,8 @@ import math
 from . import mtsm
 from .model import _split, default_config, registers_fit, wgmma_config
 from .mtsm import MtsmConfig, MtsmProblem, MtsmSpec
-from .spec import (FLAT_MAX_M, MMA_DTYPES, VECTOR_BYTES, Config, InvalidSpec, KernelSpec, Problem, has_bulk_copies,
-                   has_wgmma, validate)
+from .spec import (FLAT_MAX_M, MAX_THREADS, MMA_DTYPES, VECTOR_BYTES, Config, InvalidSpec, KernelSpec, Problem,
+                   has_bulk_copies, has_wgmma, validate)
 
 SM_REGISTERS = 65536
 SM_SHARED_BYTES = 228 * 1024
@@ -217,7 +217,7 @@ def candidates(problem: Problem, limit: int = 16, arch: str = "sm_90") -> list[C
                         c_source="shared" if c_bytes <= 48 * 1024 else "global",
                         padded=padded, stage_out=stage_out, blocks_per_sm=blocks)
         spec = KernelSpec(problem, config)
-        if _usable(spec):
+        if spec.threads <= MAX_THREADS and _usable(spec):  # most combinations exceed it: no validation for them
             found[config] = score(spec)
     if problem.dtype in MMA_DTYPES:
         found.update(_mma_candidates(problem, arch))
