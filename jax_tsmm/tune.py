@@ -69,6 +69,11 @@ MTSM_OPS = ("mtsm", "mtsm_t")
 K_ALIGNED = 1 << 22  # where the largest range's atb winner is timed against XLA once more
 
 
+def k_ranges(problem: Problem | MtsmProblem) -> tuple:
+    """The K ranges ``problem`` is tuned for: K_RANGES, or mtsm's MTSM_K_RANGES."""
+    return MTSM_K_RANGES if isinstance(problem, MtsmProblem) else K_RANGES
+
+
 def largest_range_min(k: int) -> int:
     """Where the largest range's entry starts: at its threshold, or lower, at the K
     it was timed at (the benchmark's K of a wide problem, 2-4 million rows, lies
@@ -263,11 +268,13 @@ def opening_kernels(problem: Problem | MtsmProblem, limit: int, arch: str, range
              else candidate_specs(problem, limit, arch))
     found = list(specs)
     for index in ranges:
+        k = k_ranges(problem)[index][1]  # None: the benchmark's K (atb and ab's largest range)
+        if k is None:
+            k = bench.problem_rows(problem.m, problem.n, np.dtype(problem.dtype))
         for model in _dispatch.other_models(arch):
             if mtsm:
-                extra, incumbent = mtsm_opening_specs(problem, specs, MTSM_K_RANGES[index][1], arch, model)
+                extra, incumbent = mtsm_opening_specs(problem, specs, k, arch, model)
             else:
-                k = K_RANGES[index][1] or bench.problem_rows(problem.m, problem.n, np.dtype(problem.dtype))
                 extra, incumbent, _ = opening_specs(problem, specs, k, arch, model)
             found += [*extra, incumbent]
     return [spec for spec in dict.fromkeys(found) if spec is not None]
@@ -431,8 +438,7 @@ def main(argv=None) -> None:
                      for n in bench.parse_widths(args.shapes)]
 
     def wanted(problem) -> set[int]:
-        table = MTSM_K_RANGES if isinstance(problem, MtsmProblem) else K_RANGES
-        return {i for i, (range_min, _) in enumerate(table)
+        return {i for i, (range_min, _) in enumerate(k_ranges(problem))
                 if args.k_min <= range_min and (args.k_max is None or range_min <= args.k_max)}
 
     if args.compile_only:
@@ -453,12 +459,10 @@ def main(argv=None) -> None:
     db.update(device=device, arch=arch, ceilings=ceilings)
     for index, problem in enumerate(problems):
         if isinstance(problem, MtsmProblem):
-            table, tune_one = MTSM_K_RANGES, tune_mtsm_problem
-            key = _dispatch.mtsm_key(problem.transpose_a, problem.dtype, problem.n)
+            tune_one, key = tune_mtsm_problem, _dispatch.mtsm_key(problem.transpose_a, problem.dtype, problem.n)
         else:
-            table, tune_one, key = K_RANGES, tune_problem, _dispatch.problem_key(problem)
-        old = db["entries"].get(key, [])
-        ranges = wanted(problem)
+            tune_one, key = tune_problem, _dispatch.problem_key(problem)
+        table, ranges, old = k_ranges(problem), wanted(problem), db["entries"].get(key, [])
         if not args.again and ranges <= _tuned_ranges(old, table):
             continue  # resume
         print(f"[{index + 1}/{len(problems)}] {key}", flush=True)
