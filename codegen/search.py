@@ -200,6 +200,8 @@ def flat_candidates(problem: Problem) -> list[Config]:
 def candidates(problem: Problem, limit: int = 16, arch: str = "sm_90") -> list[Config]:
     """Up to ``limit`` valid configurations for GPUs of ``arch``, best-scored first, the
     model's default among them."""
+    if limit <= 0:  # the tuner's opening kernels alone (dispatch's), with no search
+        return []
     found = {}
     inner = _tile_widths(problem.m) if problem.op == "atb" else [1, 2, 4, 8]
     paddings = (True, False) if problem.m % 2 == 0 or (problem.op == "atb" and problem.n % 2 == 0) else (False,)

@@ -94,8 +94,12 @@ def candidate_specs(problem: Problem, limit: int, arch: str) -> list[KernelSpec]
 
 def range_index(entry: dict, table=None) -> int:
     """Which range of ``table`` (K_RANGES, the default, or MTSM_K_RANGES) an entry
-    was tuned for, by the K it was timed at (K_RANGES' largest is the benchmark's
-    K of the problem, which varies)."""
+    was tuned for: the range the tuner recorded (``k_range``), or for older and
+    bench-made entries the range whose K it was timed at (K_RANGES' largest is the
+    benchmark's K of the problem, which varies, and is 2^20 for complex128 64x64:
+    hence the record)."""
+    if "k_range" in entry:
+        return entry["k_range"]
     table = table or K_RANGES
     samples = [k_sample for _, k_sample in table if k_sample is not None]
     return samples.index(entry["k_tuned"]) if entry.get("k_tuned") in samples else len(table) - 1
@@ -141,13 +145,13 @@ def time_candidates(specs: list, incumbent, ours, sets: list[tuple], roof: float
     return timings
 
 
-def _entry(k_min: int, k: int, timings: list, xla_s: float, roof: float) -> dict:
-    """A database entry: the fastest of ``timings``, or XLA (config None) where it was faster."""
+def _entry(k_range: int, k_min: int, k: int, timings: list, xla_s: float, roof: float) -> dict:
+    """A database entry of range ``k_range``: the fastest of ``timings``, or XLA (config None) where it was faster."""
     best_s, best = min(timings, key=lambda t: t[0])
     print(f"  K>={k_min:<8} K={k:<10} best {best_s * 1e3:8.3f} ms ({100 * roof / best_s:5.1f}%)  "
           f"xla {xla_s * 1e3:8.3f} ms ({100 * roof / xla_s:5.1f}%)", flush=True)
     return {
-        "k_min": k_min, "k_tuned": k,
+        "k_range": k_range, "k_min": k_min, "k_tuned": k,
         "config": dataclasses.asdict(best.config) if best_s < xla_s else None,
         "tsmm_s": best_s, "tsmm_pct": 100 * roof / best_s,
         "xla_s": xla_s, "xla_pct": 100 * roof / xla_s,
@@ -211,7 +215,7 @@ def tune_problem(problem: Problem, ceilings: dict, limit: int, arch: str, ranges
         xla_s = bench.seconds_per_call(xla, sets, roof)
         extra, incumbent, tuned_elsewhere = opening_specs(problem, specs, k, arch, device)
         timings = time_candidates(specs + extra, incumbent, ours, sets, roof, arch, refine, neighbours_of, note)
-        entry = _entry(range_min if k_sample else largest_range_min(k), k, timings, xla_s, roof)
+        entry = _entry(index, range_min if k_sample else largest_range_min(k), k, timings, xla_s, roof)
         best = min(timings, key=lambda t: t[0])[1]
         if entry["config"] is not None and _dispatch.is_real_view(best, problem.dtype):
             entry["real_view"] = True  # config is the real problem's
@@ -254,7 +258,7 @@ def tune_mtsm_problem(problem: MtsmProblem, ceilings: dict, limit: int, arch: st
         xla_s = bench.seconds_per_call(xla, sets, roof)
         extra, incumbent = mtsm_opening_specs(problem, specs, size, arch, device)
         timings = time_candidates(specs + extra, incumbent, ours, sets, roof, arch, refine, neighbours_of)
-        entries.append(_entry(range_min, size, timings, xla_s, roof))
+        entries.append(_entry(index, range_min, size, timings, xla_s, roof))
         del sets
     return entries
 

@@ -276,6 +276,19 @@ def test_tuning_some_k_ranges_keeps_the_others():
     assert tune.replace_ranges(entries, [dict(large, k_min=largest)], {2}) == first + [dict(large, k_min=largest)]
 
 
+def test_the_largest_range_timed_at_the_middle_ones_k_is_still_the_largest():
+    """complex128 64x64's benchmark K is 2^20, the middle range's sample: the range
+    the tuner records keeps its entry the largest range's, replaced by a re-run of
+    that range and kept by a tuning of the others."""
+    _, (middle, middle_k), _ = tune.K_RANGES
+    large = {"k_range": 2, "k_min": middle_k, "k_tuned": middle_k, "config": None}
+    middle_entry = {"k_range": 1, "k_min": middle, "k_tuned": middle_k, "config": None}
+    assert tune.range_index(large) == 2 and tune.range_index(dict(large, k_range=1)) == 1
+    again = dict(large, config={"tile_m": 1})
+    assert tune.replace_ranges([large], [again], {2}) == [again]
+    assert tune.replace_ranges([large], [middle_entry], {1}) == [middle_entry, large]
+
+
 def test_xla_wins_at_power_of_two_k_are_recorded_on_the_serving_entries(tmp_path):
     """A K-sweep row of atb at a power-of-two K where XLA was faster marks the entry
     that served it, if that entry still holds the kernel timed (configs compared
