@@ -1491,30 +1491,39 @@ def _ab_mma_tiles(spec: KernelSpec, ar: _Arith):
             return f"frag_k < {p.m - ks * 4} ? {at} : 0.0f"
 
         if wgmma:
+            groups = spec.wgmma_groups
             lines = [
                 *([f"const int slab = base + row_group * {8 * tm};"] if spacing == 1 else []),
                 "// The tensor cores truncate their float32 sums: hi x hi (acc) and the small",
                 f"// correction terms (fix) are summed apart, {k8} steps each, then added once.",
                 f"float acc[{n8 // 2}] = {{}}, fix[{n8 // 2}] = {{}};",
-                *(_vector_fragments(vector, k8, slab_at) if vector > 1 else []),
-                f"// Every k-step's A fragment, split, before the {3 * k8} wgmma of the pass read them.",
-                *[f"const tsmm_tf32_pair a{i}_{q}_{h} = tsmm_split_tf32("
-                  f"{_vector_element(vector, i, q, h) if vector > 1 else a_fragment(i, 2 * q + h)});"
-                  for q in range(k8) for h in (0, 1) for i in (0, 1)],
-                "tsmm_wgmma_fence();",
             ]
-            for q in range(k8):
-                regs = lambda x, q=q: ", ".join(f"a{i}_{q}_{h}.{x}" for h in (0, 1) for i in (0, 1))  # noqa: E731
-                lines += [
-                    f"tsmm_wgmma_tf32_n{n8}(fix, {regs('lo')}, c_hi + {16 * q});",
-                    f"tsmm_wgmma_tf32_n{n8}(fix, {regs('hi')}, c_lo + {16 * q});",
-                    f"tsmm_wgmma_tf32_n{n8}(acc, {regs('hi')}, c_hi + {16 * q});",
+            if len(groups) > 1:
+                lines += [f"// {len(groups)} commit groups of k-steps: every k-step's split A fragments at once would",
+                          "// not fit the registers beside acc and fix; a group's are dead once its wgmma are done."]
+            for steps in groups:
+                group = [
+                    *(_vector_fragments(vector, steps, slab_at) if vector > 1 else []),
+                    (f"// Every k-step's A fragment, split, before the {3 * k8} wgmma of the pass read them."
+                     if len(groups) == 1 else
+                     f"// k-steps {steps.start}..{steps.stop - 1}: A fragments, split, before their "
+                     f"{3 * len(steps)} wgmma read them."),
+                    *[f"const tsmm_tf32_pair a{i}_{q}_{h} = tsmm_split_tf32("
+                      f"{_vector_element(vector, i, q, h) if vector > 1 else a_fragment(i, 2 * q + h)});"
+                      for q in steps for h in (0, 1) for i in (0, 1)],
+                    "tsmm_wgmma_fence();",
                 ]
-            lines += [
-                "tsmm_wgmma_commit_and_wait();",
-                *[" ".join(f"acc[{r}] += fix[{r}];" for r in range(r0, min(r0 + 4, n8 // 2)))
-                  for r0 in range(0, n8 // 2, 4)],
-            ]
+                for q in steps:
+                    regs = lambda x, q=q: ", ".join(f"a{i}_{q}_{h}.{x}" for h in (0, 1) for i in (0, 1))  # noqa: E731
+                    group += [
+                        f"tsmm_wgmma_tf32_n{n8}(fix, {regs('lo')}, c_hi + {16 * q});",
+                        f"tsmm_wgmma_tf32_n{n8}(fix, {regs('hi')}, c_lo + {16 * q});",
+                        f"tsmm_wgmma_tf32_n{n8}(acc, {regs('hi')}, c_hi + {16 * q});",
+                    ]
+                group.append("tsmm_wgmma_commit_and_wait();")
+                lines += group if len(groups) == 1 else ["{", *["  " + line for line in group], "}"]
+            lines += [" ".join(f"acc[{r}] += fix[{r}];" for r in range(r0, min(r0 + 4, n8 // 2)))
+                      for r0 in range(0, n8 // 2, 4)]
             return lines + stores
         if tf32:
             lines = [
@@ -1573,12 +1582,13 @@ def _vector_order(vector: int) -> str:
     return f"k / {run} * {run} + k % 4 * {vector}{steps} + k % 8 / 4"
 
 
-def _vector_fragments(vector: int, k_steps: int, slab_at) -> list[str]:
-    """wgmma: the loads of a pass's A fragments, vector floats per lane and slab at
-    once (bank-conflict-free rows, see wgmma_fragment_vector), in the order of
-    _vector_order; one by one where A's misalignment leaves them unaligned."""
-    runs = k_steps * 2 // vector
-    names = [f"a{i}_v{r}" for r in range(runs) for i in (0, 1)]
+def _vector_fragments(vector: int, k_steps: range, slab_at) -> list[str]:
+    """wgmma: the loads of the A fragments of a pass's ``k_steps``, vector floats per
+    lane and slab at once (bank-conflict-free rows, see wgmma_fragment_vector), in the
+    order of _vector_order; one by one where A's misalignment leaves them unaligned."""
+    per_run = vector // 2
+    runs = range(k_steps.start // per_run, k_steps.stop // per_run)
+    names = [f"a{i}_v{r}" for r in runs for i in (0, 1)]
 
     def at(i: int, r: int, e: int = 0) -> str:
         return f"sa[{slab_at(i)} + {4 * vector * r} + {vector} * frag_k{f' + {e}' if e else ''}]"
@@ -1588,10 +1598,10 @@ def _vector_fragments(vector: int, k_steps: int, slab_at) -> list[str]:
         f"// order of C's operand rows ({vector * 4}-row runs, quad position t's floats {vector} * t onwards).",
         f"float{vector} {', '.join(names)};",
         "if (a_vectors) {",
-        *[f"  a{i}_v{r} = *reinterpret_cast<const float{vector}*>(&{at(i, r)});" for r in range(runs) for i in (0, 1)],
+        *[f"  a{i}_v{r} = *reinterpret_cast<const float{vector}*>(&{at(i, r)});" for r in runs for i in (0, 1)],
         "} else {",
         *[f"  a{i}_v{r} = make_float{vector}({', '.join(at(i, r, e) for e in range(vector))});"
-          for r in range(runs) for i in (0, 1)],
+          for r in runs for i in (0, 1)],
         "}",
     ]
 

@@ -26,6 +26,10 @@ DTYPES = {
 MAX_THREADS = 1024
 MAX_SHARED_BYTES = 227 * 1024  # Hopper's opt-in limit per block
 MAX_REGISTERS = 255
+# wgmma's register estimate: per k-step of A fragments in flight (8 words, which ptxas
+# keeps in 14 registers), and for addresses, indices and the loader.
+WGMMA_STEP_REGISTERS = 14
+WGMMA_FIXED_REGISTERS = 48
 FLAT_MAX_M = 16  # flat ab keeps C's columns for a thread's elements in registers: M x vector elements
 STAGE_COPIES = ("vector", "element", "bulk")
 # DMMA (FP64 tensor cores) serves float32 too: widened to double on the way from
@@ -141,7 +145,9 @@ class Config:
                      (tile_m 2 slabs of 8 rows per warp, tile_n all blocks of
                      8 columns). Measured on an H200 (scripts/probe_tf32.py),
                      the TF32 tensor cores run 455 TFLOP/s through wgmma
-                     m64n64k8 and 303 through mma.sync m16n8k8.
+                     m64n64k8 and 303 through mma.sync m16n8k8. Beyond an
+                     inner index M of 72 the k-steps go to the tensor cores in
+                     commit groups (KernelSpec.wgmma_groups).
     stage_out        ab only: each chunk's rows of out are gathered in shared memory
                      and leave as one contiguous span in 16-byte vectors (the
                      fused update's y read the same way), instead of each
@@ -307,6 +313,21 @@ class KernelSpec:
         return _ceil_div(self.problem.m, 8)
 
     @property
+    def wgmma_groups(self) -> list[range]:
+        """wgmma: the k-steps whose A fragments a warpgroup splits and hands to one
+        commit group of wgmma, in turn: all of them at once where their registers fit
+        beside the accumulators (every width to 72), else the fewest even groups that
+        fit, each whole vector loads (an inner index M beyond 72, a complex64
+        problem's real view; each group's fragments are dead once its wgmma are done)."""
+        per_load = max(1, self.fragment_vector // 2)  # k-steps of one vector load
+        loads = self.wgmma_k_steps // per_load
+        room = MAX_REGISTERS - self.wgmma_n - WGMMA_FIXED_REGISTERS
+        fitting = max(1, room // (WGMMA_STEP_REGISTERS * per_load))
+        count = _ceil_div(loads, fitting)
+        ends = [(loads * g // count) * per_load for g in range(count + 1)]
+        return [range(start, end) for start, end in zip(ends, ends[1:])]
+
+    @property
     def fragment_vector(self) -> int:
         """wgmma: floats per load of a lane's A fragments (wgmma_fragment_vector where
         the rows are bulk-staged, unpadded; else 1)."""
@@ -463,9 +484,10 @@ class KernelSpec:
         if self.flat:  # C's columns, A's rows, the vector of out (and y's)
             vec = p.vector_elements
             return (p.m * vec + self.flat_rows * p.m + vec * (2 if p.update else 1)) * words + 40
-        if c.wgmma:  # acc and fix of a warp's 16 rows, every k-step's split A fragment (8 words,
-            # which ptxas keeps in 14 registers: nvcc 13.0 used 96..235 at M = N = 9..64)
-            return self.wgmma_n + 14 * self.wgmma_k_steps + 48
+        if c.wgmma:  # acc and fix of a warp's 16 rows, the split A fragments of a group's k-steps
+            # (nvcc 13.0 used 96..235 registers at M = N = 9..64, one group)
+            steps = max(len(group) for group in self.wgmma_groups)
+            return self.wgmma_n + WGMMA_STEP_REGISTERS * steps + WGMMA_FIXED_REGISTERS
         outputs = c.tile_m * c.tile_n * (2 if c.mma else 1)  # a DMMA block: 2 per lane
         if c.fma_edges:  # a slot's sums and, per row, its loads
             m_units, n_units = self.edge_units

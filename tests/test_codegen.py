@@ -18,6 +18,7 @@ from jax_tsmm.codegen.model import SHARED_BUDGET, registers_fit
 from jax_tsmm.codegen.emit import _vector_element, _vector_order, kernel_source
 from jax_tsmm.codegen.search import (LARGE_TILE_BLOCKS, ONE_BLOCK_STAGE_BYTES, _usable, candidates, flat_candidates, neighbours,
                                      occupancy_ok)
+from jax_tsmm.codegen.spec import MAX_REGISTERS, WGMMA_FIXED_REGISTERS, WGMMA_STEP_REGISTERS, wgmma_fragment_vector
 
 DTYPES = ("float32", "float64", "complex64", "complex128")
 
@@ -662,19 +663,51 @@ def test_sample_compiles_for_sm90_without_warnings(tmp_path):
     _nvcc_compile(specs, tmp_path)
 
 
+@pytest.mark.parametrize("m", range(1, 129))
+def test_wgmma_k_step_groups_cover_the_inner_index_within_the_registers(m):
+    """A wgmma kernel's k-steps go to commit groups in order, each once, in whole
+    vector loads of A's fragments: one group up to M = 72 (the kernels measured to
+    64, the same source), and beyond it the fewest even groups within the register
+    estimate (four at 128 x 128)."""
+    for n in (8, 64, 128):
+        for copy in ("vector", "bulk"):
+            spec = KernelSpec(Problem("ab", "float32", m, n), _wgmma_config(n, stage_out=True, stage_copy=copy))
+            if copy == "bulk" and not wgmma_fragment_vector(m):
+                continue
+            groups = spec.wgmma_groups
+            assert [q for group in groups for q in group] == list(range(spec.wgmma_k_steps))
+            assert all(len(group) % max(1, spec.fragment_vector // 2) == 0 for group in groups[:-1])
+            assert max(map(len, groups)) - min(map(len, groups)) <= max(1, spec.fragment_vector // 2)
+            assert (len(groups) == 1) == (spec.wgmma_n + WGMMA_STEP_REGISTERS * spec.wgmma_k_steps
+                                          + WGMMA_FIXED_REGISTERS <= MAX_REGISTERS)
+            assert spec.estimated_registers() <= MAX_REGISTERS
+            if m <= 72 and n <= 72:
+                assert len(groups) == 1
+    assert len(KernelSpec(Problem("ab", "float32", 128, 128), _wgmma_config(128)).wgmma_groups) == 4
+
+
 @pytest.mark.nvcc
 def test_wgmma_kernels_compile_for_sm90a_without_spills(tmp_path):
-    """wgmma kernels from 1 to 64 wide, staged output or not, by vector or bulk copies,
+    """wgmma kernels from 1 to 128 wide, staged output or not, by vector or bulk copies,
     several in one module (each width's product emitted once), build for sm_90a
     warning-free and without spilling at the register share their launch bounds give
     them, and ptxas fences the warpgroup a few times per kernel, not before every
-    k-step (a select masking the last k-step made it fence 14 times at 49x49)."""
+    k-step (a select masking the last k-step made it fence 14 times at 49x49). Beyond
+    an inner index of 72 the k-steps go in commit groups (2 to 4 here), without which
+    the estimate exceeds the registers."""
     specs = [KernelSpec(Problem("ab", "float32", m, n),
-                        _wgmma_config(n, stage_out=m % 2 == 1 or copy == "bulk", blocks_per_sm=b, stage_copy=copy))
-             for m, n, b, copy in ((49, 49, 2, "vector"), (64, 64, 1, "vector"), (33, 17, 2, "vector"),
-                                   (5, 3, 2, "vector"), (40, 64, 1, "vector"), (64, 1, 2, "vector"),
-                                   (17, 56, 2, "vector"), (41, 41, 1, "bulk"), (57, 9, 2, "bulk"), (63, 63, 2, "bulk"),
-                                   (48, 48, 2, "bulk"), (56, 56, 2, "bulk"), (16, 64, 2, "bulk"))]
+                        _wgmma_config(n, stage_out=m % 2 == 1 or copy == "bulk", blocks_per_sm=b, stage_copy=copy,
+                                      rows_per_stage=rows))
+             for m, n, b, copy, rows in ((49, 49, 2, "vector", 128), (64, 64, 1, "vector", 128),
+                                         (33, 17, 2, "vector", 128), (5, 3, 2, "vector", 128),
+                                         (40, 64, 1, "vector", 128), (64, 1, 2, "vector", 128),
+                                         (17, 56, 2, "vector", 128), (41, 41, 1, "bulk", 128),
+                                         (57, 9, 2, "bulk", 128), (63, 63, 2, "bulk", 128), (48, 48, 2, "bulk", 128),
+                                         (56, 56, 2, "bulk", 128), (16, 64, 2, "bulk", 128),
+                                         (74, 74, 1, "bulk", 64), (88, 88, 1, "vector", 128),
+                                         (112, 24, 1, "bulk", 128), (104, 48, 1, "bulk", 64),
+                                         (128, 64, 1, "vector", 64))]
+    assert {len(s.wgmma_groups) for s in specs} == {1, 2}
     source = tmp_path / "wgmma.cu"
     source.write_text(module_source(specs))
     command = [_kernels.nvcc(), "-cubin", *_kernels.target_flags(specs, "sm_90"), "-O3", "-Werror", "all-warnings",

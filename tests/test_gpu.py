@@ -429,6 +429,14 @@ WGMMA_CASES = [  # M, N, row_groups, rows_per_stage, stage_out, stage_copy: A's 
     (24, 13, 8, 256, True, "bulk"),
     (40, 40, 4, 64, True, "bulk"),
     (8, 64, 4, 128, True, "bulk"),
+    # An inner index M beyond 72 (complex64 ab's real views): k-steps in commit groups.
+    (74, 74, 4, 64, True, "bulk"),
+    (88, 88, 8, 128, False, "vector"),
+    (102, 102, 4, 64, True, "bulk"),
+    (112, 24, 4, 128, True, "bulk"),
+    (104, 48, 4, 64, True, "bulk"),
+    (128, 64, 4, 64, False, "vector"),
+    (64, 128, 4, 64, True, "vector"),
 ]
 
 
