@@ -205,22 +205,30 @@ def candidates(problem: Problem, limit: int = 16, arch: str = "sm_90") -> list[C
     found = {}
     inner = _tile_widths(problem.m) if problem.op == "atb" else [1, 2, 4, 8]
     paddings = (True, False) if problem.m % 2 == 0 or (problem.op == "atb" and problem.n % 2 == 0) else (False,)
-    for tile_m, tile_n, row_groups, stage_bytes, stages, mapping, unroll, blocks, padded, stage_out in itertools.product(
-        inner, _tile_widths(problem.n), (1, 2, 4, 8, 16, 32, 64, 128, 256),
-        STAGE_BYTES, (2, 3, 4), ("interleaved", "blocked"), (1, 2, 4), (1, 2, 3, 4), paddings, _stage_outs(problem),
-    ):
+    c_source = "shared" if problem.m * problem.n * problem.element_bytes <= 48 * 1024 else "global"
+    for tile_m, tile_n, row_groups in itertools.product(inner, _tile_widths(problem.n),
+                                                        (1, 2, 4, 8, 16, 32, 64, 128, 256)):
+        # The thread count follows from these three alone, and most of them exceed a
+        # block's: the other parameters are not combined with them.
+        if KernelSpec(problem, Config(tile_m=tile_m, tile_n=tile_n, row_groups=row_groups)).threads > MAX_THREADS:
+            continue
         per_pass = row_groups * (tile_m if problem.op == "ab" else 1)
-        row_bytes = (problem.m + (problem.n if problem.op == "atb" or stage_out else 0)) * problem.element_bytes
         granule = math.lcm(per_pass, problem.vector_elements)
-        rows = max(granule, stage_bytes // row_bytes // granule * granule)
-        c_bytes = problem.m * problem.n * problem.element_bytes
-        config = Config(tile_m=tile_m, tile_n=tile_n, mapping=mapping, row_groups=row_groups,
-                        rows_per_stage=rows, stages=stages, unroll=unroll,
-                        c_source="shared" if c_bytes <= 48 * 1024 else "global",
-                        padded=padded, stage_out=stage_out, blocks_per_sm=blocks)
-        spec = KernelSpec(problem, config)
-        if spec.threads <= MAX_THREADS and _usable(spec):  # most combinations exceed it: no validation for them
-            found[config] = score(spec)
+        valid = {}
+        for stage_bytes, stages, mapping, unroll, blocks, padded, stage_out in itertools.product(
+            STAGE_BYTES, (2, 3, 4), ("interleaved", "blocked"), (1, 2, 4), (1, 2, 3, 4), paddings, _stage_outs(problem),
+        ):
+            row_bytes = (problem.m + (problem.n if problem.op == "atb" or stage_out else 0)) * problem.element_bytes
+            rows = max(granule, stage_bytes // row_bytes // granule * granule)
+            config = Config(tile_m=tile_m, tile_n=tile_n, mapping=mapping, row_groups=row_groups,
+                            rows_per_stage=rows, stages=stages, unroll=unroll, c_source=c_source,
+                            padded=padded, stage_out=stage_out, blocks_per_sm=blocks)
+            spec = KernelSpec(problem, config)
+            source = (rows, stages, mapping, unroll, padded, stage_out)  # validity does not depend on blocks
+            if source not in valid:
+                valid[source] = _valid(spec)
+            if valid[source] and 64 <= spec.threads and occupancy_ok(spec):
+                found[config] = score(spec)
     if problem.dtype in MMA_DTYPES:
         found.update(_mma_candidates(problem, arch))
     # Best first, but one per tile/thread/stage shape before any second variant of
