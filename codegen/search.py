@@ -93,7 +93,7 @@ def _mma_candidates(problem: Problem, arch: str) -> dict[Config, float]:
     (validate keeps the layouts that allow them), atb's bulk ones also as one block
     per SM with two stages of ONE_BLOCK_STAGE_BYTES, and ab's bulk ones also in
     WAVES waves of blocks (a launch parameter the measurement decides)."""
-    found = {}
+    found, valid = {}, {}
     atb = problem.op == "atb"
     bulk = has_bulk_copies(arch)
     tf32_options = (False, True) if problem.dtype == "float32" else (False,)
@@ -121,7 +121,10 @@ def _mma_candidates(problem: Problem, arch: str) -> dict[Config, float]:
                         c_source="shared" if atb else "global", stage_out=stage_out, stage_copy=stage_copy,
                         fma_edges=fma_edges, blocks_per_sm=blocks)
         spec = KernelSpec(problem, config)
-        if _usable(spec):
+        source = (tile_m, tile_n, row_groups, rows, stages, stage_out, stage_copy, tf32x3, fma_edges)
+        if source not in valid:  # validity does not depend on the blocks per SM
+            valid[source] = _valid(spec)
+        if valid[source] and 64 <= spec.threads and occupancy_ok(spec):
             # Bulk copies first: on an H200 they beat vector copies of the same tile at
             # float64 atb 33..64 (2026-11-23: 83-92 % against 66-76 % of the read roofline)
             # and at most widths of ab from 18 (85-92 % against 74-89 % of the copy roofline).
