@@ -316,9 +316,9 @@ class KernelSpec:
     def wgmma_groups(self) -> list[range]:
         """wgmma: the k-steps whose A fragments a warpgroup splits and hands to one
         commit group of wgmma, in turn: all of them at once where their registers fit
-        beside the accumulators (every width to 72), else the fewest even groups that
-        fit, each whole vector loads (an inner index M beyond 72, a complex64
-        problem's real view; each group's fragments are dead once its wgmma are done)."""
+        beside the accumulators (M and N up to 72 at least), else the fewest even
+        groups that fit, each whole vector loads (wider, a complex64 problem's real
+        view; each group's fragments are dead once its wgmma are done)."""
         per_load = max(1, self.fragment_vector // 2)  # k-steps of one vector load
         loads = self.wgmma_k_steps // per_load
         room = MAX_REGISTERS - self.wgmma_n - WGMMA_FIXED_REGISTERS
