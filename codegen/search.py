@@ -271,12 +271,13 @@ def _usable(spec: KernelSpec) -> bool:
     return _valid(spec) and 64 <= spec.threads and occupancy_ok(spec)
 
 
-def neighbours(problem: Problem, config: Config) -> list[Config]:
-    """Valid configurations one step from ``config`` in what the model ranks least
-    reliably, the stage geometry and occupancy (rows per stage, row groups, stages,
-    blocks per SM), the padding of staged rows and, for atb, the warp tile's
-    orientation and (mma) the FMA edges, the tile trimmed to the core's blocks where
-    it overhangs: the tuner's local search around its fastest candidate
+def neighbours(problem: Problem, config: Config, arch: str = "sm_90") -> list[Config]:
+    """Valid configurations for GPUs of ``arch`` one step from ``config`` in what the
+    model ranks least reliably, the stage geometry and occupancy (rows per stage, row
+    groups, stages, blocks per SM), the padding of staged rows, for atb the warp
+    tile's orientation and (mma) the FMA edges, the tile trimmed to the core's blocks
+    where it overhangs, and for ab on the tensor cores the slabs per warp (not
+    wgmma's) and the stage copies: the tuner's local search around its fastest candidate
     (benchmarking every candidate, as Tensile does, on a neighbourhood instead of
     the whole space). Rows per stage follow a change of row groups pass for pass,
     and blocks per SM fall with a step whose blocks no longer fit as many times
@@ -304,7 +305,15 @@ def neighbours(problem: Problem, config: Config) -> list[Config]:
         # element by element, and on an H200 (2026-11-25) float32 atb 2x2 ran at 95 %
         # of the read roofline unpadded (2-way conflicts, 16-byte copies) against 80 %.
         steps.append(dict(padded=not c.padded))
-    if c.wgmma:  # sm_90a: bulk copies are there; whether they pay at this geometry is not modelled
+    if c.mma and problem.op == "ab" and not c.wgmma:
+        # Slabs per warp, each served by the C fragments the warp holds: on an H100
+        # (2026-11-25, complex ab's real views 66..128 wide) tiles of 2 to 8 slabs beat
+        # the model's single slab by 25-39 points wherever the search offered them.
+        for tile_m in {c.tile_m * 2, c.tile_m // 2} - {0, c.tile_m}:
+            moved = dataclasses.replace(c, tile_m=tile_m)
+            steps.append(dict(tile_m=tile_m, rows_per_stage=passes * KernelSpec(problem, moved).rows_per_pass))
+    if c.wgmma or c.mma and problem.op == "ab" and has_bulk_copies(arch):
+        # whether bulk copies pay at this geometry is not modelled
         steps.append(dict(stage_copy="vector" if c.stage_copy == "bulk" else "bulk"))
     if c.mma and problem.op == "atb":  # the edges the other way, the warp tile trimmed to the core
         edged = dataclasses.replace(c, fma_edges=not c.fma_edges)

@@ -198,7 +198,7 @@ def tune_problem(problem: Problem, ceilings: dict, limit: int, arch: str, ranges
     ours, xla = bench.operations(problem.op)
 
     def neighbours_of(spec: KernelSpec) -> list[KernelSpec]:
-        return [KernelSpec(spec.problem, c) for c in neighbours(spec.problem, spec.config)]
+        return [KernelSpec(spec.problem, c) for c in neighbours(spec.problem, spec.config, arch)]
 
     def note(spec: KernelSpec) -> str:
         # dispatch's kernel on that model: its tuned winner, or its model's where it has no entry

@@ -571,21 +571,45 @@ def test_neighbours_are_valid_one_step_moves(problem):
     start = candidates(problem, 4, "sm_90")[1]
     moves = neighbours(problem, start)
     assert moves and start not in moves and len(set(moves)) == len(moves)
-    movable = {"rows_per_stage", "row_groups", "stages", "blocks_per_sm", "tile_m", "tile_n", "fma_edges", "padded"}
+    movable = {"rows_per_stage", "row_groups", "stages", "blocks_per_sm", "tile_m", "tile_n", "fma_edges", "padded",
+               "stage_copy"}
     for config in moves:
         validate(KernelSpec(problem, config))
         changed = {f for f in movable | set(dataclasses.asdict(start)) if getattr(config, f) != getattr(start, f)}
         assert changed <= movable
         if "fma_edges" in changed:  # the warp tile at most trimmed to the core's blocks
             assert config.tile_m <= start.tile_m and config.tile_n <= start.tile_n
+        elif problem.op == "ab" and changed & {"tile_m", "tile_n"}:  # slabs per warp, rows pass for pass
+            assert config.tile_m in (2 * start.tile_m, start.tile_m // 2) and config.tile_n == start.tile_n
+            passes = start.rows_per_stage // KernelSpec(problem, start).rows_per_pass
+            assert config.rows_per_stage == passes * KernelSpec(problem, config).rows_per_pass
         elif changed & {"tile_m", "tile_n"}:
             assert (config.tile_m, config.tile_n) == (start.tile_n, start.tile_m)
+        if "stage_copy" in changed:
+            assert problem.op == "ab" and config.mma
         if "row_groups" in changed:
             passes = start.rows_per_stage // KernelSpec(problem, start).rows_per_pass
             assert config.rows_per_stage == passes * KernelSpec(problem, config).rows_per_pass
         if "blocks_per_sm" in changed and len(changed) > 1:  # the most that fit after another step
             assert config.blocks_per_sm < start.blocks_per_sm
             assert not _usable(KernelSpec(problem, dataclasses.replace(config, blocks_per_sm=config.blocks_per_sm + 1)))
+
+
+def test_neighbours_of_a_one_slab_dmma_ab_reach_more_slabs_and_bulk_copies():
+    """The model's DMMA kernels for complex128 ab 50 and 51's real views (100 and
+    102 wide, one slab of 8 rows a warp, vector copies): the local search reaches
+    two slabs a warp, and bulk copies where the slab rows allow them, in one step
+    each (on an H100 the tuner ended at 50 on one slab with bulk copies, 60.8 %,
+    and at 51 on 8 slabs, 75.8 %, against the model's 49.7 and 46.9 %), and no
+    bulk copies for GPUs without them."""
+    for width, bulk in ((100, True), (102, False)):  # 102's bulk rows come in pairs: two slabs
+        problem = Problem("ab", "float64", width, width)
+        start = default_config(problem, "sm_90")
+        assert (start.mma, start.tile_m, start.stage_copy) == (True, 1, "vector")
+        moves = neighbours(problem, start, "sm_90")
+        assert any(c.tile_m == 2 and c.stage_copy == "vector" for c in moves)
+        assert any(c.tile_m == 1 and c.stage_copy == "bulk" for c in moves) == bulk
+        assert not any(c.stage_copy == "bulk" for c in neighbours(problem, start, "sm_80"))
 
 
 def test_neighbours_deepen_the_ring_at_the_blocks_per_sm_that_fit():
