@@ -312,7 +312,7 @@ def neighbours(problem: Problem, config: Config, arch: str = "sm_90") -> list[Co
         for tile_m in {c.tile_m * 2, c.tile_m // 2} - {0, c.tile_m}:
             moved = dataclasses.replace(c, tile_m=tile_m)
             steps.append(dict(tile_m=tile_m, rows_per_stage=passes * KernelSpec(problem, moved).rows_per_pass))
-    if c.wgmma or c.mma and problem.op == "ab" and has_bulk_copies(arch):
+    if c.mma and problem.op == "ab" and has_bulk_copies(arch):  # (wgmma's too)
         # whether bulk copies pay at this geometry is not modelled
         steps.append(dict(stage_copy="vector" if c.stage_copy == "bulk" else "bulk"))
     if c.mma and problem.op == "atb":  # the edges the other way, the warp tile trimmed to the core
