@@ -121,10 +121,7 @@ def _mma_candidates(problem: Problem, arch: str) -> dict[Config, float]:
                         c_source="shared" if atb else "global", stage_out=stage_out, stage_copy=stage_copy,
                         fma_edges=fma_edges, blocks_per_sm=blocks)
         spec = KernelSpec(problem, config)
-        source = (tile_m, tile_n, row_groups, rows, stages, stage_out, stage_copy, tf32x3, fma_edges)
-        if source not in valid:  # validity does not depend on the blocks per SM
-            valid[source] = _valid(spec)
-        if valid[source] and 64 <= spec.threads and occupancy_ok(spec):
+        if _usable(spec, valid, (tile_m, tile_n, row_groups, rows, stages, stage_out, stage_copy, tf32x3, fma_edges)):
             # Bulk copies first: on an H200 they beat vector copies of the same tile at
             # float64 atb 33..64 (2026-11-23: 83-92 % against 66-76 % of the read roofline)
             # and at most widths of ab from 18 (85-92 % against 74-89 % of the copy roofline).
@@ -227,10 +224,7 @@ def candidates(problem: Problem, limit: int = 16, arch: str = "sm_90") -> list[C
                             rows_per_stage=rows, stages=stages, unroll=unroll, c_source=c_source,
                             padded=padded, stage_out=stage_out, blocks_per_sm=blocks)
             spec = KernelSpec(problem, config)
-            source = (rows, stages, mapping, unroll, padded, stage_out)  # validity does not depend on blocks
-            if source not in valid:
-                valid[source] = _valid(spec)
-            if valid[source] and 64 <= spec.threads and occupancy_ok(spec):
+            if _usable(spec, valid, (rows, stages, mapping, unroll, padded, stage_out)):
                 found[config] = score(spec)
     if problem.dtype in MMA_DTYPES:
         found.update(_mma_candidates(problem, arch))
@@ -266,9 +260,15 @@ def _valid(spec: KernelSpec) -> bool:
         return False
 
 
-def _usable(spec: KernelSpec) -> bool:
-    """Valid, at least two warps, and within an SM's share at its blocks per SM."""
-    return _valid(spec) and 64 <= spec.threads and occupancy_ok(spec)
+def _usable(spec: KernelSpec, valid: dict | None = None, source: tuple = ()) -> bool:
+    """Valid, at least two warps, and within an SM's share at its blocks per SM. A
+    sweep over blocks per SM, on which validity does not depend, passes ``valid`` to
+    keep each configuration's validity under ``source``, what else it varies."""
+    if valid is None:
+        valid = {}
+    if source not in valid:
+        valid[source] = _valid(spec)
+    return valid[source] and 64 <= spec.threads and occupancy_ok(spec)
 
 
 def neighbours(problem: Problem, config: Config, arch: str = "sm_90") -> list[Config]:
