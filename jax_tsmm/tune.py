@@ -9,8 +9,11 @@
 
 For each (op, dtype, M, N) and each K range, the candidates of
 ``codegen.search`` (pruned by hardware limits, occupancy and a register-reuse
-model) are compiled in parallel, then timed on the same inputs as XLA's dot;
-``--refine`` rounds of local search then time the neighbours of the fastest.
+model) are compiled in parallel, then timed on the same inputs as XLA's dot.
+Beside them compete dispatch's kernel before the run, its kernels on the
+architecture's other GPU models, and the winners at the nearest tuned widths
+(``nearby_winners``); ``--refine`` rounds of local search then time the
+neighbours of the fastest.
 The winner goes into ``jax_tsmm/tuning/<arch>.json`` with its time, its % of
 roofline and XLA's time; where XLA wins, the entry says so and dispatch uses
 XLA. mtsm (``--ops mtsm,mtsm_t``, N from ``--shapes``) is tuned the same way
@@ -56,7 +59,7 @@ import jax
 import numpy as np
 
 from jax_tsmm import _cuda, _dispatch, _kernels, _mtsm, bench
-from jax_tsmm.codegen import Config, KernelSpec, MtsmProblem, MtsmSpec, Problem
+from jax_tsmm.codegen import Config, InvalidSpec, KernelSpec, MtsmProblem, MtsmSpec, Problem, validate
 from jax_tsmm.codegen.search import candidates, mtsm_candidates, mtsm_neighbours, neighbours
 
 # K ranges as (k_min, K timed); None times the benchmark's size (1 GiB matrices).
@@ -67,6 +70,11 @@ K_RANGES = ((0, 1 << 16), (1 << 18, 1 << 20), (1 << 22, None))
 MTSM_K_RANGES = ((0, 8192), (16384, 16384))
 MTSM_OPS = ("mtsm", "mtsm_t")
 K_ALIGNED = 1 << 22  # where the largest range's atb winner is timed against XLA once more
+# How far (in M and in N) a tuned width's winner is tried as a candidate of another,
+# and how many such winners, the nearest: Tensile's nearest benchmarked size, here a
+# seed rather than an answer.
+NEARBY_REACH = 4
+NEARBY_WINNERS = 2
 
 
 def k_ranges(problem: Problem | MtsmProblem) -> tuple:
@@ -159,26 +167,63 @@ def _entry(k_range: int, k_min: int, k: int, timings: list, xla_s: float, roof: 
     }
 
 
-def opening_specs(problem: Problem, specs: list[KernelSpec], k: int, arch: str,
+def nearby_winners(problem: Problem, range_idx: int, entries: dict) -> dict[KernelSpec, str]:
+    """The NEARBY_WINNERS kernels that won range ``range_idx`` at the nearest tuned
+    widths of ``problem``'s op and dtype within NEARBY_REACH of its M and N, applied
+    to ``problem`` (or its real view, where that is what won) and valid there, as
+    kernel -> the width it won at: a tile's padding covers a few more columns, and on an H100
+    (2026-11-25) one real-view kernel won complex64 ab at each of 33..36 (93-94 %
+    of roofline), where the model's ran 57-64 %."""
+    key_op = _dispatch.problem_key(problem).split(":")[0]
+    found = []
+    for key, key_entries in entries.items():
+        op, dtype, shape = key.split(":")
+        if op != key_op or dtype != problem.dtype or "x" not in shape:
+            continue
+        m, n = map(int, shape.split("x"))
+        distance = max(abs(m - problem.m), abs(n - problem.n))
+        if not 0 < distance <= NEARBY_REACH:
+            continue
+        for entry in key_entries:
+            target = _dispatch.real_view_problem(problem) if entry.get("real_view") else problem
+            if range_index(entry) != range_idx or entry["config"] is None or target is None:
+                continue
+            spec = KernelSpec(target, Config(**entry["config"]))
+            try:
+                validate(spec)
+            except InvalidSpec:
+                continue
+            found.append((distance, spec, shape))
+    winners = {}
+    for _, spec, shape in sorted(found, key=lambda item: item[0]):
+        winners.setdefault(spec, shape)
+    return dict(list(winners.items())[:NEARBY_WINNERS])
+
+
+def opening_specs(problem: Problem, specs: list[KernelSpec], k: int, range_idx: int, arch: str,
                   device: str) -> tuple[list[KernelSpec], KernelSpec | None, dict[KernelSpec, str]]:
-    """What a tuning of ``problem`` at K = ``k`` on a ``device`` times besides the
-    search's ``specs``, before its local search: the kernels dispatch picks for a
-    complex problem's real view's problem and on the architecture's other GPU models
-    (the latter also as kernel -> model), and dispatch's kernel before the run."""
+    """What a tuning of ``problem``'s range ``range_idx`` at K = ``k`` on a ``device``
+    times besides the search's ``specs``, before its local search: the kernels
+    dispatch picks for a complex problem's real view's problem and on the
+    architecture's other GPU models, the winners at nearby widths on this one
+    (``nearby_winners``), and dispatch's kernel before the run; the second and
+    third also as kernel -> where they come from."""
     incumbent = _dispatch.select(problem.op, problem.dtype, problem.m, problem.n, k, 0, problem.conj, arch,
                                  device, update=problem.update)
     real = _dispatch.real_view_problem(problem)
     real_own = None if real is None else _dispatch.select(real.op, real.dtype, real.m, real.n, k, 0, False,
                                                           arch, device, update=real.update)
-    elsewhere = {}
+    origins = {}
     for other in _dispatch.other_models(arch, device):
         spec = _dispatch.select(problem.op, problem.dtype, problem.m, problem.n, k, 0, problem.conj, arch,
                                 other, update=problem.update)
         if spec is not None:
-            elsewhere.setdefault(spec, other)
-    extra = [spec for spec in dict.fromkeys([real_own, *elsewhere])
+            origins.setdefault(spec, f"dispatch's choice on {other}")
+    for spec, shape in nearby_winners(problem, range_idx, _dispatch.database(arch, device)).items():
+        origins.setdefault(spec, f"the winner at {shape}")
+    extra = [spec for spec in dict.fromkeys([real_own, *origins])
              if spec is not None and spec not in specs + [incumbent]]
-    return extra, incumbent, elsewhere
+    return extra, incumbent, origins
 
 
 def tune_problem(problem: Problem, ceilings: dict, limit: int, arch: str, ranges: set[int] | None = None,
@@ -201,8 +246,7 @@ def tune_problem(problem: Problem, ceilings: dict, limit: int, arch: str, ranges
         return [KernelSpec(spec.problem, c) for c in neighbours(spec.problem, spec.config, arch)]
 
     def note(spec: KernelSpec) -> str:
-        # dispatch's kernel on that model: its tuned winner, or its model's where it has no entry
-        where = f"  (dispatch's choice on {tuned_elsewhere[spec]})" if spec in tuned_elsewhere else ""
+        where = f"  ({origins[spec]})" if spec in origins else ""
         return ("  (real view)" if _dispatch.is_real_view(spec, problem.dtype) else "") + where
 
     entries = []
@@ -213,7 +257,7 @@ def tune_problem(problem: Problem, ceilings: dict, limit: int, arch: str, ranges
         sets = bench.operand_sets(problem.op, dtype, problem.m, problem.n, k, seed=k)
         roof = bench.roofline_seconds(problem.op, dtype, problem.m, problem.n, k, ceilings)
         xla_s = bench.seconds_per_call(xla, sets, roof)
-        extra, incumbent, tuned_elsewhere = opening_specs(problem, specs, k, arch, device)
+        extra, incumbent, origins = opening_specs(problem, specs, k, index, arch, device)
         timings = time_candidates(specs + extra, incumbent, ours, sets, roof, arch, refine, neighbours_of, note)
         entry = _entry(index, range_min if k_sample else largest_range_min(k), k, timings, xla_s, roof)
         best = min(timings, key=lambda t: t[0])[1]
@@ -279,7 +323,7 @@ def opening_kernels(problem: Problem | MtsmProblem, limit: int, arch: str, range
             if mtsm:
                 extra, incumbent = mtsm_opening_specs(problem, specs, k, arch, model)
             else:
-                extra, incumbent, _ = opening_specs(problem, specs, k, arch, model)
+                extra, incumbent, _ = opening_specs(problem, specs, k, index, arch, model)
             found += [*extra, incumbent]
     return [spec for spec in dict.fromkeys(found) if spec is not None]
 
