@@ -11,7 +11,7 @@ For each (op, dtype, M, N) and each K range, the candidates of
 ``codegen.search`` (pruned by hardware limits, occupancy and a register-reuse
 model) are compiled in parallel, then timed on the same inputs as XLA's dot.
 Beside them compete dispatch's kernel before the run, its kernels on the
-architecture's other GPU models, and the winners at the nearest tuned widths
+architecture's other GPU models, and the fastest winners at nearby tuned widths
 (``nearby_winners``); ``--refine`` rounds of local search then time the
 neighbours of the fastest.
 The winner goes into ``jax_tsmm/tuning/<arch>.json`` with its time, its % of
@@ -71,7 +71,7 @@ MTSM_K_RANGES = ((0, 8192), (16384, 16384))
 MTSM_OPS = ("mtsm", "mtsm_t")
 K_ALIGNED = 1 << 22  # where the largest range's atb winner is timed against XLA once more
 # How far (in M and in N) a tuned width's winner is tried as a candidate of another,
-# and how many such winners, the nearest: Tensile's nearest benchmarked size, here a
+# and how many such winners, the fastest: Tensile's nearest benchmarked size, here a
 # seed rather than an answer.
 NEARBY_REACH = 4
 NEARBY_WINNERS = 2
@@ -168,10 +168,10 @@ def _entry(k_range: int, k_min: int, k: int, timings: list, xla_s: float, roof: 
 
 
 def nearby_winners(problem: Problem, range_idx: int, entries: dict) -> dict[KernelSpec, str]:
-    """The NEARBY_WINNERS kernels that won range ``range_idx`` at the nearest tuned
-    widths of ``problem``'s op and dtype within NEARBY_REACH of its M and N, applied
-    to ``problem`` (or its real view, where that is what won) and valid there, as
-    kernel -> the width it won at: a tile's padding covers a few more columns, and on an H100
+    """The NEARBY_WINNERS fastest kernels (by their % of roofline, then the nearest)
+    that won range ``range_idx`` at tuned widths of ``problem``'s op and dtype
+    within NEARBY_REACH of its M and N, applied to ``problem`` (or its real view,
+    where that is what won) and valid there, as kernel -> the width it won at: a tile's padding covers a few more columns, and on an H100
     (2026-11-25) one real-view kernel won complex64 ab at each of 33..36 (93-94 %
     of roofline), where the model's ran 57-64 %."""
     key_op = _dispatch.problem_key(problem).split(":")[0]
@@ -193,9 +193,9 @@ def nearby_winners(problem: Problem, range_idx: int, entries: dict) -> dict[Kern
                 validate(spec)
             except InvalidSpec:
                 continue
-            found.append((distance, spec, shape))
+            found.append((-entry["tsmm_pct"], distance, spec, shape))
     winners = {}
-    for _, spec, shape in sorted(found, key=lambda item: item[0]):
+    for *_, spec, shape in sorted(found, key=lambda item: item[:2]):
         winners.setdefault(spec, shape)
     return dict(list(winners.items())[:NEARBY_WINNERS])
 

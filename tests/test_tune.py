@@ -157,46 +157,47 @@ def test_compile_only_caches_what_the_tuning_times_first(monkeypatch, tmp_path, 
 
 @pytest.mark.nvcc
 def test_winners_at_nearby_widths_compete(monkeypatch):
-    """The winners of the same K range at the nearest tuned widths of the same op
-    and dtype (within NEARBY_REACH in M and N, NEARBY_WINNERS of them) are timed
-    too where they are valid, on the problem or on its real view as they won;
-    XLA's entries, other ranges, dtypes and ops, and farther widths give none."""
+    """The fastest winners (by % of roofline, then the nearest) of the same K range
+    at tuned widths of the same op and dtype within NEARBY_REACH in M and N,
+    NEARBY_WINNERS of them, are timed too where they are valid, on the problem or
+    on its real view as they won; XLA's entries, other ranges, dtypes and ops, and
+    farther widths give none."""
     monkeypatch.setattr(tune, "NEARBY_WINNERS", 2)
     monkeypatch.setattr(tune, "K_RANGES", ((0, 300), (1000, 2000)))
     problem = Problem("atb", "float64", 5, 5)
     real_view = Problem("atb", "float64", 10, 10)
 
-    def won(range_idx, config, **fields):
+    def won(range_idx, config, pct=80.0, **fields):
         return {"k_range": range_idx, "k_min": 1000 * range_idx, "config": config and dataclasses.asdict(config),
-                **fields}
+                "tsmm_pct": pct, **fields}
 
     base = default_config(problem)
-    nearest, second, third = (dataclasses.replace(base, unroll=u, stages=s) for u, s in ((3, 4), (1, 2), (3, 2)))
+    fastest, nearest, third = (dataclasses.replace(base, unroll=u, stages=s) for u, s in ((3, 4), (1, 2), (3, 2)))
     invalid = dataclasses.replace(base, rows_per_stage=base.rows_per_stage + 1)
     with pytest.raises(InvalidSpec):
         validate(KernelSpec(problem, invalid))
     entries = {
+        "atb:float64:9x9": [won(0, fastest, 95.0)],
         "atb:float64:6x6": [won(0, nearest), won(1, third)],
-        "atb:float64:5x8": [won(0, second)],
-        "atb:float64:4x4": [won(0, invalid)],
-        "atb:float64:9x9": [won(0, third)],  # the third nearest
-        "atb:float64:3x3": [won(0, None)],  # XLA
-        "atb:float64:5x10": [won(0, third)],  # beyond reach
-        "atb:float32:5x5": [won(0, third)],
-        "ab:float64:5x5": [won(0, third)],
-        "mtsm:float64:n5": [won(0, third)],
+        "atb:float64:5x8": [won(0, third)],  # as fast as 6x6's, farther
+        "atb:float64:4x4": [won(0, invalid, 99.0)],
+        "atb:float64:3x3": [won(0, None, 99.0)],  # XLA
+        "atb:float64:5x10": [won(0, third, 99.0)],  # beyond reach
+        "atb:float32:5x5": [won(0, third, 99.0)],
+        "ab:float64:5x5": [won(0, third, 99.0)],
+        "mtsm:float64:n5": [won(0, third, 99.0)],
     }
-    assert tune.nearby_winners(problem, 0, entries) == {KernelSpec(problem, nearest): "6x6",
-                                                        KernelSpec(problem, second): "5x8"}
+    assert tune.nearby_winners(problem, 0, entries) == {KernelSpec(problem, fastest): "9x9",
+                                                        KernelSpec(problem, nearest): "6x6"}
     assert tune.nearby_winners(problem, 1, entries) == {KernelSpec(problem, third): "6x6"}
     real_config = default_config(real_view)
     assert tune.nearby_winners(Problem("atb", "complex128", 5, 5), 0, {
         "atb:complex128:6x6": [won(0, real_config, real_view=True)]}) == {KernelSpec(real_view, real_config): "6x6"}
     monkeypatch.setattr(_dispatch, "database", lambda arch, device="": entries)
-    assert {nearest, second}.isdisjoint(tune.candidates(problem, 2, "sm_90"))
+    assert {fastest, nearest}.isdisjoint(tune.candidates(problem, 2, "sm_90"))
     (entry, _) = tune.tune_problem(problem, CEILINGS, limit=2, arch="sm_90")
     assert entry["candidates"] == 4  # two of the search (dispatch's, the model's, among them), two nearby
-    assert {KernelSpec(problem, nearest), KernelSpec(problem, second)} <= set(
+    assert {KernelSpec(problem, fastest), KernelSpec(problem, nearest)} <= set(
         tune.opening_kernels(problem, 2, "sm_90", {0}))
 
 
