@@ -14,6 +14,10 @@
 # SHAPES (each of our kernels' time on the GPU alone, by Nsight Compute).
 # A JAX_TSMM_CACHE_DIR set by the caller is kept: a carried kernel cache, e.g. from
 # `python -m jax_tsmm.tune --compile-only` here (docs/performance.md, Method).
+# DEADLINE=S, the call's time limit in seconds: a tune step ends DEADLINE_MARGIN
+# seconds before it (or at TUNE_SECONDS, whichever comes first), so that its database
+# is copied out; steps that would start later are skipped. Without it, a call cut off
+# by the device's limit returns no database (twenty-ninth round).
 set -uo pipefail
 OUT=${OUT:-/tmp/jax_tsmm_out}
 mkdir -p "$OUT"
@@ -34,8 +38,11 @@ step() {  # step NAME COMMAND...: run with a log, record status and seconds
 nvidia-smi --query-gpu=name,memory.total,clocks.max.sm,driver_version --format=csv,noheader >> "$summary"
 step build python3 -m pip install --no-build-isolation --no-deps -v -e . || { tail -40 "$OUT/build.log"; cat "$summary"; exit 1; }
 benches=0 tunes=0 compares=0 test_steps=0
+DEADLINE_MARGIN=20  # the archive and the copy out
+seconds_left() { echo $(( ${DEADLINE:-1000000} - DEADLINE_MARGIN - SECONDS )); }
 for item in "$@"; do
   read -r name args <<< "$item"
+  if [ "$(seconds_left)" -le 0 ]; then echo "$name: skipped, DEADLINE" >> "$summary"; continue; fi
   args=${args//'$OUT'/$OUT}  # a step may name $OUT unexpanded (quoted on the way here)
   case $name in
     tests)  # tests, tests2, ...; ARGS may quote: "tests tests/test_gpu.py -k 'tensor_core or update'"
@@ -70,8 +77,9 @@ for item in "$@"; do
       name=${name}_${shape//:/_} ;;
     tune)  # tune, tune2, ...: the databases after the latest are copied out (8 files come back at most)
       tunes=$((tunes + 1)); [ $tunes -gt 1 ] && name=tune$tunes
-      # TUNE_SECONDS bounds each tune (it saves after every problem), so later steps still run.
-      step $name timeout "${TUNE_SECONDS:-540}" python3 -m jax_tsmm.tune $args
+      # TUNE_SECONDS (and DEADLINE) bound each tune (it saves after every problem), so later steps still run.
+      limit=${TUNE_SECONDS:-540}; [ "$(seconds_left)" -lt "$limit" ] && limit=$(seconds_left)
+      step $name timeout "$limit" python3 -m jax_tsmm.tune $args
       for db in jax_tsmm/tuning/sm_90*.json; do cp "$db" "$OUT/tuned-$(basename "$db")"; done ;;
     *) echo "unknown step $name" >> "$summary"; continue ;;
   esac
