@@ -171,7 +171,8 @@ def nearby_winners(problem: Problem, range_idx: int, entries: dict) -> dict[Kern
     """The NEARBY_WINNERS fastest kernels (by their % of roofline, then the nearest)
     that won range ``range_idx`` at tuned widths of ``problem``'s op and dtype
     within NEARBY_REACH of its M and N, applied to ``problem`` (or its real view,
-    where that is what won) and valid there, as kernel -> the width it won at: a tile's padding covers a few more columns, and on an H100
+    where that is what won) and valid there (``_fitted``), as kernel -> the width
+    it won at. A tile's padding covers a few more columns: on an H100
     (2026-11-25) one real-view kernel won complex64 ab at each of 33..36 (93-94 %
     of roofline), where the model's ran 57-64 %."""
     key_op = _dispatch.problem_key(problem).split(":")[0]
@@ -188,16 +189,30 @@ def nearby_winners(problem: Problem, range_idx: int, entries: dict) -> dict[Kern
             target = _dispatch.real_view_problem(problem) if entry.get("real_view") else problem
             if range_index(entry) != range_idx or entry["config"] is None or target is None:
                 continue
-            spec = KernelSpec(target, Config(**entry["config"]))
-            try:
-                validate(spec)
-            except InvalidSpec:
-                continue
-            found.append((-entry["tsmm_pct"], distance, spec, shape))
+            spec = _fitted(KernelSpec(target, Config(**entry["config"])))
+            if spec is not None:
+                found.append((-entry["tsmm_pct"], distance, spec, shape))
     winners = {}
     for *_, spec, shape in sorted(found, key=lambda item: item[:2]):
         winners.setdefault(spec, shape)
     return dict(list(winners.items())[:NEARBY_WINNERS])
+
+
+def _fitted(spec: KernelSpec) -> KernelSpec | None:
+    """``spec``, or where it is invalid, the same kernel with its edges on the FMA
+    units where that is valid (a narrower width's tensor-core atb tile then covers
+    the wider problem's whole blocks: complex64 atb 40's 3xTF32 5×5 tile, 104 % of
+    roofline on an H100, needs more registers than an SM has at 41 without), or None."""
+    c = spec.config
+    edged = ([KernelSpec(spec.problem, dataclasses.replace(c, fma_edges=True))]
+             if spec.problem.op == "atb" and c.mma and not c.fma_edges else [])
+    for candidate in [spec, *edged]:
+        try:
+            validate(candidate)
+        except InvalidSpec:
+            continue
+        return candidate
+    return None
 
 
 def opening_specs(problem: Problem, specs: list[KernelSpec], k: int, range_idx: int, arch: str,

@@ -193,6 +193,15 @@ def test_winners_at_nearby_widths_compete(monkeypatch):
     real_config = default_config(real_view)
     assert tune.nearby_winners(Problem("atb", "complex128", 5, 5), 0, {
         "atb:complex128:6x6": [won(0, real_config, real_view=True)]}) == {KernelSpec(real_view, real_config): "6x6"}
+    # A narrower width's tensor-core atb tile that does not fit comes with its edges on the FMA units
+    tile = Config(tile_m=5, tile_n=5, mapping="blocked", row_groups=2, rows_per_stage=128, stages=2, unroll=2,
+                  c_source="shared", padded=False, mma=True, tf32x3=True, stage_copy="bulk", blocks_per_sm=1)
+    wider = Problem("atb", "float32", 82, 82)
+    with pytest.raises(InvalidSpec):
+        validate(KernelSpec(wider, tile))
+    edged = dataclasses.replace(tile, fma_edges=True)
+    assert tune.nearby_winners(wider, 0, {"atb:float32:80x80": [won(0, tile)]}) == {KernelSpec(wider, edged): "80x80"}
+    assert tune.nearby_winners(Problem("atb", "float32", 84, 84), 0, {"atb:float32:80x80": [won(0, tile)]}) == {}
     monkeypatch.setattr(_dispatch, "database", lambda arch, device="": entries)
     assert {fastest, nearest}.isdisjoint(tune.candidates(problem, 2, "sm_90"))
     (entry, _) = tune.tune_problem(problem, CEILINGS, limit=2, arch="sm_90")
