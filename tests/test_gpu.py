@@ -389,14 +389,11 @@ EDGE_CASES = [  # dtype, M, N, tile_m, tile_n, row_groups, stage_copy, tf32x3: b
 ]
 
 
-@pytest.mark.parametrize("dtype, m, n, tile_m, tile_n, row_groups, stage_copy, tf32x3", EDGE_CASES)
-@pytest.mark.parametrize("k", [1, 37, 100_003, 10**6 + 7])
-def test_fma_edges_path(dtype, m, n, tile_m, tile_n, row_groups, stage_copy, tf32x3, k):
-    """atb with the tensor cores on the core of whole 8x8 blocks and the FMA units on
-    the edges (Config.fma_edges): every entry within the error bound, through many
-    rounds of the ring with a ragged last chunk, over batch items off a 16-byte
-    boundary, and the same bits on every run."""
-    rng = np.random.default_rng()
+EDGE_PARAMETERS = ("dtype", "m", "n", "tile_m", "tile_n", "row_groups", "stage_copy", "tf32x3")
+
+
+def edge_spec(dtype, m, n, tile_m, tile_n, row_groups, stage_copy, tf32x3) -> KernelSpec:
+    """The kernel of an EDGE_CASES row: two passes of the block's rows a stage where they fit."""
     problem = Problem("atb", dtype, m, n)
     config = Config(tile_m=tile_m, tile_n=tile_n, mapping="blocked", row_groups=row_groups, mma=True,
                     tf32x3=tf32x3, stage_copy=stage_copy, fma_edges=True, blocks_per_sm=1)
@@ -404,6 +401,31 @@ def test_fma_edges_path(dtype, m, n, tile_m, tile_n, row_groups, stage_copy, tf3
     spec = KernelSpec(problem, dataclasses.replace(config, rows_per_stage=2 * per_pass, stages=3, unroll=2))
     if spec.shared_bytes > MAX_SHARED_BYTES:  # rows 8 apart: one pass per stage
         spec = KernelSpec(problem, dataclasses.replace(spec.config, rows_per_stage=per_pass, stages=2))
+    return spec
+
+
+def selected_cases(request, test_name: str, names: tuple[str, ...]) -> set[tuple]:
+    """The parameters ``names`` of the selected cases of ``test_name`` in this session."""
+    return {tuple(item.callspec.params[name] for name in names) for item in request.session.items
+            if getattr(item, "originalname", "") == test_name}
+
+
+@pytest.fixture(scope="module")
+def edge_kernels_compiled(request):
+    """Compile the selected ``test_fma_edges_path`` cases' kernels in parallel first."""
+    cases = selected_cases(request, "test_fma_edges_path", EDGE_PARAMETERS)
+    _kernels.precompile([edge_spec(*case) for case in cases], _cuda.arch())
+
+
+@pytest.mark.parametrize(", ".join(EDGE_PARAMETERS), EDGE_CASES)
+@pytest.mark.parametrize("k", [1, 37, 100_003, 10**6 + 7])
+def test_fma_edges_path(dtype, m, n, tile_m, tile_n, row_groups, stage_copy, tf32x3, k, edge_kernels_compiled):
+    """atb with the tensor cores on the core of whole 8x8 blocks and the FMA units on
+    the edges (Config.fma_edges): every entry within the error bound, through many
+    rounds of the ring with a ragged last chunk, over batch items off a 16-byte
+    boundary, and the same bits on every run."""
+    rng = np.random.default_rng()
+    spec = edge_spec(dtype, m, n, tile_m, tile_n, row_groups, stage_copy, tf32x3)
     a, b = operands(rng, "atb", dtype, k, m, n, (3,), (3,))
     check_forced(spec, "atb", a, b)
 
@@ -440,9 +462,29 @@ WGMMA_CASES = [  # M, N, row_groups, rows_per_stage, stage_out, stage_copy: A's 
 ]
 
 
-@pytest.mark.parametrize("m, n, row_groups, rows_per_stage, stage_out, stage_copy", WGMMA_CASES)
+WGMMA_PARAMETERS = ("m", "n", "row_groups", "rows_per_stage", "stage_out", "stage_copy")
+
+
+def wgmma_spec(m, n, row_groups, rows_per_stage, stage_out, stage_copy) -> KernelSpec:
+    """The kernel of a WGMMA_CASES row."""
+    config = Config(tile_m=2, tile_n=-(-n // 8), mapping="blocked", row_groups=row_groups,
+                    rows_per_stage=rows_per_stage, stages=3, mma=True, tf32x3=True, wgmma=True, c_source="shared",
+                    stage_out=stage_out, stage_copy=stage_copy, blocks_per_sm=1)
+    return KernelSpec(Problem("ab", "float32", m, n), config)
+
+
+@pytest.fixture(scope="module")
+def wgmma_kernels_compiled(request):
+    """Compile the selected ``test_wgmma_path`` cases' kernels in parallel first (one
+    at a time, the 24 cases' took 305 s of an H100 call, 2026-11-25)."""
+    if has_wgmma(_cuda.arch()):
+        cases = selected_cases(request, "test_wgmma_path", WGMMA_PARAMETERS)
+        _kernels.precompile([wgmma_spec(*case) for case in cases], _cuda.arch())
+
+
+@pytest.mark.parametrize(", ".join(WGMMA_PARAMETERS), WGMMA_CASES)
 @pytest.mark.parametrize("k", [1, 37, 100_003, 10**6 + 7])
-def test_wgmma_path(m, n, row_groups, rows_per_stage, stage_out, stage_copy, k):
+def test_wgmma_path(m, n, row_groups, rows_per_stage, stage_out, stage_copy, k, wgmma_kernels_compiled):
     """float32 ab through wgmma (Config.wgmma, sm_90a: C split in shared memory, 64
     rows per warpgroup and instruction): within float32's error bound, through many
     rounds of the ring with a ragged last chunk, over batch items off a 16-byte
@@ -450,10 +492,7 @@ def test_wgmma_path(m, n, row_groups, rows_per_stage, stage_out, stage_copy, k):
     if not has_wgmma(_cuda.arch()):
         pytest.skip(f"wgmma runs on sm_90 only, this GPU is {_cuda.arch()}")
     rng = np.random.default_rng()
-    config = Config(tile_m=2, tile_n=-(-n // 8), mapping="blocked", row_groups=row_groups,
-                    rows_per_stage=rows_per_stage, stages=3, mma=True, tf32x3=True, wgmma=True, c_source="shared",
-                    stage_out=stage_out, stage_copy=stage_copy, blocks_per_sm=1)
-    spec = KernelSpec(Problem("ab", "float32", m, n), config)
+    spec = wgmma_spec(m, n, row_groups, rows_per_stage, stage_out, stage_copy)
     a, c = operands(rng, "ab", "float32", k, m, n, (3,), (1,))
     check_forced(spec, "ab", a, c)
 
@@ -571,8 +610,7 @@ TUNED_CASES = _tuned_cases()
 @pytest.fixture(scope="module")
 def tuned_kernels_compiled(request):
     """Compile the kernels of the selected ``test_tuned_kernels`` keys in parallel first."""
-    keys = {item.callspec.params["key"] for item in request.session.items
-            if getattr(item, "originalname", "") == "test_tuned_kernels"}
+    keys = {key for key, in selected_cases(request, "test_tuned_kernels", ("key",))}
     _kernels.precompile([spec for key in keys for _, spec in TUNED_CASES[key]], _cuda.arch())
 
 
