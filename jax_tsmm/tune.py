@@ -54,6 +54,7 @@ import datetime
 import json
 import os
 import pathlib
+import time
 
 import jax
 import numpy as np
@@ -529,10 +530,12 @@ def main(argv=None) -> None:
         if not args.again and ranges <= _tuned_ranges(old, table):
             continue  # resume
         print(f"[{index + 1}/{len(problems)}] {key}", flush=True)
+        start = time.monotonic()
         tuned = tune_one(problem, ceilings, args.candidates, arch, ranges, args.refine, device)
         db["entries"][key] = replace_ranges(old, tuned, ranges, table)
         db["date"] = str(datetime.date.today())
         _save(path, db)
+        print(f"  {time.monotonic() - start:.0f} s", flush=True)  # for planning a device call's tuning
 
 
 if __name__ == "__main__":
