@@ -18,8 +18,9 @@ The winner goes into ``jax_tsmm/tuning/<arch>.json`` with its time, its % of
 roofline and XLA's time; where XLA wins, the entry says so and dispatch uses
 XLA. mtsm (``--ops mtsm,mtsm_t``, N from ``--shapes``) is tuned the same way
 over ``codegen.search.mtsm_candidates``, at M = K = 8192 and 16384 (its K
-ranges, MTSM_K_RANGES). Finished problems are kept, so an interrupted run
-resumes (``--again`` tunes them anew, e.g. after new kernel options).
+ranges, MTSM_K_RANGES). Each K range is saved as it is done, so an interrupted
+run keeps its finished ranges and resumes past finished problems (``--again``
+tunes them anew, e.g. after new kernel options).
 ``--device-db`` writes the file of this GPU model instead
 (``<arch>.<model>.json``, e.g. ``sm_90.NVIDIA_H200.json``), whose entries
 dispatch prefers, key by key, on that model.
@@ -243,7 +244,7 @@ def opening_specs(problem: Problem, specs: list[KernelSpec], k: int, range_idx: 
 
 
 def tune_problem(problem: Problem, ceilings: dict, limit: int, arch: str, ranges: set[int] | None = None,
-                 refine: int = 0, device: str = "") -> list[dict]:
+                 refine: int = 0, device: str = "", on_entry=lambda entry: None) -> list[dict]:
     """Entries for the K ranges ``ranges`` (indices into K_RANGES; None: all): the fastest candidate in each
     (``real_view`` where it is the real view's), or XLA where it measured faster.
     Among the candidates, the kernel dispatch picks today for the range (the
@@ -253,7 +254,9 @@ def tune_problem(problem: Problem, ceilings: dict, limit: int, arch: str, ranges
     where the H200 had tuned 3xTF32 kernels), for a complex problem the kernel
     dispatch picks for its real view's problem (the same bytes, so its own tuned
     winner; an H100's complex entry otherwise stands in its way on an H200), and
-    ``refine`` rounds of ``codegen.search.neighbours`` (see ``time_candidates``)."""
+    ``refine`` rounds of ``codegen.search.neighbours`` (see ``time_candidates``).
+    ``on_entry`` receives each range's entry as soon as it is known, and again
+    once the timing at K_ALIGNED has marked it."""
     dtype = np.dtype(problem.dtype)
     specs = candidate_specs(problem, limit, arch)
     ours, xla = bench.operations(problem.op)
@@ -279,10 +282,12 @@ def tune_problem(problem: Problem, ceilings: dict, limit: int, arch: str, ranges
         best = min(timings, key=lambda t: t[0])[1]
         if entry["config"] is not None and _dispatch.is_real_view(best, problem.dtype):
             entry["real_view"] = True  # config is the real problem's
+        entries.append(entry)
+        on_entry(entry)
+        del sets
         if problem.op == "atb" and not k_sample and entry["config"] is not None and k % K_ALIGNED:
             entry.update(xla_at_aligned_k(problem, best, ceilings, ours, xla))
-        entries.append(entry)
-        del sets
+            on_entry(entry)
     return entries
 
 
@@ -298,11 +303,12 @@ def mtsm_opening_specs(problem: MtsmProblem, specs: list[MtsmSpec], size: int, a
 
 
 def tune_mtsm_problem(problem: MtsmProblem, ceilings: dict, limit: int, arch: str, ranges: set[int] | None = None,
-                      refine: int = 0, device: str = "") -> list[dict]:
+                      refine: int = 0, device: str = "", on_entry=lambda entry: None) -> list[dict]:
     """Entries for the ranges ``ranges`` of MTSM_K_RANGES (None: all), each timed at
     M = K = its size: the fastest of ``codegen.search.mtsm_candidates``, dispatch's
     kernel before this run, on this GPU and on the architecture's other GPU models,
-    and ``refine`` rounds of their neighbours, or XLA where it measured faster."""
+    and ``refine`` rounds of their neighbours, or XLA where it measured faster;
+    ``on_entry`` receives each range's entry as soon as it is known."""
     specs = [MtsmSpec(problem, c) for c in mtsm_candidates(problem, limit)]
     ours, xla = bench.mtsm_operations(problem.transpose_a)
 
@@ -319,6 +325,7 @@ def tune_mtsm_problem(problem: MtsmProblem, ceilings: dict, limit: int, arch: st
         extra, incumbent = mtsm_opening_specs(problem, specs, size, arch, device)
         timings = time_candidates(specs + extra, incumbent, ours, sets, roof, arch, refine, neighbours_of)
         entries.append(_entry(index, range_min, size, timings, xla_s, roof))
+        on_entry(entries[-1])
         del sets
     return entries
 
@@ -531,10 +538,14 @@ def main(argv=None) -> None:
             continue  # resume
         print(f"[{index + 1}/{len(problems)}] {key}", flush=True)
         start = time.monotonic()
-        tuned = tune_one(problem, ceilings, args.candidates, arch, ranges, args.refine, device)
-        db["entries"][key] = replace_ranges(old, tuned, ranges, table)
-        db["date"] = str(datetime.date.today())
-        _save(path, db)
+
+        def save(entry: dict, key=key, table=table) -> None:
+            """Each range as it is done: a call's time limit cuts a problem, not its finished ranges."""
+            db["entries"][key] = replace_ranges(db["entries"].get(key, []), [entry], {entry["k_range"]}, table)
+            db["date"] = str(datetime.date.today())
+            _save(path, db)
+
+        tune_one(problem, ceilings, args.candidates, arch, ranges, args.refine, device, on_entry=save)
         print(f"  {time.monotonic() - start:.0f} s", flush=True)  # for planning a device call's tuning
 
 

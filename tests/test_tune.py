@@ -229,7 +229,8 @@ def test_mtsm_problems_are_tuned_over_their_own_search(monkeypatch, tmp_path):
         if entry["config"] is not None:
             mtsm_validate(MtsmSpec(problem, MtsmConfig(**entry["config"])))
     tuned = []
-    monkeypatch.setattr(tune, "tune_mtsm_problem", lambda problem, *_: tuned.append(problem) or entries[:1])
+    monkeypatch.setattr(tune, "tune_mtsm_problem",
+                        lambda problem, *_, on_entry: tuned.append(problem) or on_entry(entries[0]))
     monkeypatch.setattr(tune._cuda, "register_targets", lambda: True)
     monkeypatch.setattr(tune._cuda, "arch", lambda: "sm_90")
     monkeypatch.setattr(tune._cuda, "device_kind", lambda: "GPU")
@@ -270,6 +271,32 @@ def test_largest_range_atb_winner_is_timed_against_xla_at_an_aligned_k(monkeypat
     assert "xla_faster_at" not in entry
     (entry,) = tune.tune_problem(Problem("ab", "float64", 5, 5), CEILINGS, limit=1, arch="sm_90")
     assert "xla_faster_at" not in entry and timed[-1][1] == 3000  # ab's XLA has no such K
+
+
+class CallCut(Exception):
+    """A device call's time limit, reached while a problem's second K range is timed."""
+
+
+@pytest.mark.nvcc
+def test_each_k_range_is_saved_as_it_is_done(monkeypatch, tmp_path):
+    """A tuning cut off in a problem's second K range has saved its first range's entry."""
+    monkeypatch.setattr(tune, "K_RANGES", ((0, 300), (1000, 2000)))
+
+    def fake_seconds(op, sets, roof):  # the kernel wins at K = 300; the call ends at 2000
+        if sets[0][0].shape[0] == 2000:
+            raise CallCut
+        return 1.0 if _dispatch._forced else 2.0
+
+    monkeypatch.setattr(tune.bench, "seconds_per_call", fake_seconds)
+    monkeypatch.setattr(tune._cuda, "register_targets", lambda: True)
+    monkeypatch.setattr(tune._cuda, "arch", lambda: "sm_90")
+    monkeypatch.setattr(tune._cuda, "device_kind", lambda: "GPU")
+    monkeypatch.setattr(tune.bench, "measure_ceilings", lambda: CEILINGS)
+    db = tmp_path / "db.json"
+    with pytest.raises(CallCut):
+        tune.main(["--ops", "atb", "--dtypes", "float64", "--shapes", "3", "--candidates", "1", "--db", str(db)])
+    (entry,) = json.loads(db.read_text())["entries"]["atb:float64:3x3"]
+    assert (entry["k_range"], entry["k_tuned"], entry["tsmm_s"]) == (0, 300, 1.0) and entry["config"] is not None
 
 
 def _row(op, dtype, m, n, k, tsmm_s, xla_s, config):
