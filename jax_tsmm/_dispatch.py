@@ -41,6 +41,7 @@ REAL_COMPONENT = {"complex64": "float32", "complex128": "float64"}
 SMALL_K = 1 << 17  # below it, where nothing was tuned that small, XLA serves (see tuned)
 SMALL_K_TIMED = 1 << 16
 SMALL_K_XLA_DTYPES = ("float32", "float64")  # complex not measured there (XLA's Aᵀ B: 15 % at 1 GiB)
+NEAREST_KERNEL_REACH = 4  # how far (a ratio of K) a kernel entry serves where an atb XLA entry does not hold
 TUNING_DIR = pathlib.Path(__file__).parent / "tuning"
 
 _forced: list[KernelSpec | MtsmSpec] = []
@@ -149,7 +150,8 @@ def tuned(key: str, k: int, arch: str, device: str = "") -> dict | None:
     and 2^22 it reached 60-95 % of roofline, at K = 65537, 99991, 1048573, 1500007
     and 2739138 only 8-31 % (docs/performance.md). So an atb entry that chose XLA
     holds only for K with at least the power-of-two factor of the K it was timed
-    at; at other K the model's kernel serves. Conversely, an atb kernel entry that
+    at; at other K the problem's kernel entry timed at the K nearest serves
+    (``_nearest_kernel_entry``), else the model's kernel. Conversely, an atb kernel entry that
     XLA beat at a power-of-two K (``xla_faster_at``, recorded by the tuner at
     K = 2^22 and by ``tune --xla-aligned-from`` from K sweeps) gives way to XLA
     at multiples of that K, short of the K the kernel was timed at where that is
@@ -167,12 +169,29 @@ def tuned(key: str, k: int, arch: str, device: str = "") -> dict | None:
     if k < SMALL_K and chosen["k_min"] > k and op in ("atb", "ab") and dtype in SMALL_K_XLA_DTYPES:
         chosen = {"k_min": 0, "k_tuned": SMALL_K_TIMED, "config": None}
     if op == "atb":
-        xla_fast = _xla_measured_faster(chosen, k)
-        if chosen["config"] is None and not xla_fast:
-            return None
-        if chosen["config"] is not None and xla_fast:
+        if chosen["config"] is None and not _xla_measured_faster(chosen, k):
+            chosen = _nearest_kernel_entry(entries, k)
+            if chosen is None:
+                return None
+        if chosen["config"] is not None and _xla_measured_faster(chosen, k):
             return {"k_min": chosen["k_min"], "k_tuned": chosen["xla_faster_at"], "config": None}
     return chosen
+
+
+def _nearest_kernel_entry(entries: list[dict], k: int) -> dict | None:
+    """Of a key's entries that chose a kernel, the one timed at the K nearest ``k``
+    (by ratio) within a factor of NEAREST_KERNEL_REACH, or None. Its kernel beat
+    the model's where it was timed; the model's is untimed at any K. Further
+    off, the rows a block streams (and so the stages its ring fills) differ too
+    much to carry the measurement over. On an H100 (2026-11-25) the tuner chose XLA
+    for complex128 Aᴴ B 49..59 at K = 2^16 and 2^20, where XLA reached 65-94 %
+    of roofline, and its winners at 1.1-1.4 million rows reached 72-88 %; the
+    model's kernel had reached 65 % at 51 (docs/performance.md, twenty-seventh
+    round)."""
+    octaves = {id(entry): abs(np.log2(entry.get("k_tuned", entry["k_min"]) / k)) for entry in entries}
+    near = [entry for entry in entries
+            if entry["config"] is not None and octaves[id(entry)] <= np.log2(NEAREST_KERNEL_REACH)]
+    return min(near, key=lambda entry: octaves[id(entry)], default=None)
 
 
 def _xla_measured_faster(entry: dict, k: int) -> bool:

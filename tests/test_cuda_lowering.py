@@ -216,6 +216,31 @@ def test_atb_takes_xla_at_multiples_of_a_k_where_a_sweep_found_it_faster(monkeyp
     assert lowered(6, (1 << 22) + 1)  # the model's kernel, as at any K XLA was not timed fast at
 
 
+def test_where_an_atb_xla_entry_does_not_hold_the_kernel_timed_nearest_serves(monkeypatch):
+    """At K without the power-of-two factor of an atb XLA entry's timed K, the key's
+    kernel entry timed at the K nearest (by ratio, within NEAREST_KERNEL_REACH)
+    serves, else the model's kernel; at multiples of that factor, XLA's dot."""
+    from jax_tsmm import _dispatch
+    from jax_tsmm.codegen import Problem, default_config
+    from jax_tsmm.codegen.search import candidates
+
+    problem = Problem("atb", "float64", 7, 5)
+    model = dataclasses.asdict(default_config(problem))
+    small, large = [config for config in map(dataclasses.asdict, candidates(problem, 4, "sm_90")) if config != model][:2]
+    entries = [{"k_min": 0, "k_tuned": 1 << 16, "config": small},
+               {"k_min": 1 << 18, "k_tuned": 1 << 20, "config": None},
+               {"k_min": 1_300_001, "k_tuned": 1_300_001, "config": large}]
+    monkeypatch.setattr(_dispatch, "database", lambda *_: {"atb:float64:7x5": entries})
+
+    def chosen(k):
+        spec = _dispatch.select("atb", "float64", 7, 5, k, 0, False)
+        return spec and dataclasses.asdict(spec.config)
+
+    assert chosen(1 << 20) is None
+    assert chosen(1_000_003) == large and chosen(2**17 + 1) == small
+    assert chosen(300_007) == model  # 4.3 times below 1.3e6 and 4.6 above 2^16
+
+
 def test_small_k_goes_to_xla_where_nothing_was_tuned_that_small(monkeypatch):
     """Below SMALL_K, real atb and ab whose entries start higher use XLA's dot (atb
     at multiples of 2^16 only, as if tuned there); complex problems, and K at or
