@@ -151,13 +151,13 @@ def tuned(key: str, k: int, arch: str, device: str = "") -> dict | None:
     and 2739138 only 8-31 % (docs/performance.md). So an atb entry that chose XLA
     holds only for K with at least the power-of-two factor of the K it was timed
     at; at other K the problem's kernel entry timed at the K nearest serves
-    (``_nearest_kernel_entry``), else the model's kernel. Conversely, an atb kernel entry that
-    XLA beat at a power-of-two K (``xla_faster_at``, recorded by the tuner at
-    K = 2^22 and by ``tune --xla-aligned-from`` from K sweeps) gives way to XLA
-    at multiples of that K, short of the K the kernel was timed at where that is
-    larger: on an H200 (2026-11-23) at
-    K = 2^22, XLA's float64 Aᵀ B reached 74-97 % of roofline and beat the kernels
-    tuned at gigabyte sizes at 10 of 64 widths (by up to 15 %)."""
+    (``_nearest_kernel_entry``), else the model's kernel. Conversely, an atb
+    kernel entry that XLA beat at a power-of-two K (``xla_faster_at``, recorded
+    by the tuner at K = 2^22 and by ``tune --xla-aligned-from`` from K sweeps)
+    gives way to XLA at multiples of that K, short of the K the kernel was timed
+    at where that is larger: on an H200 (2026-11-23) at K = 2^22, XLA's float64
+    Aᵀ B reached 74-97 % of roofline and beat the kernels tuned at gigabyte
+    sizes at 10 of 64 widths (by up to 15 %)."""
     entries = database(arch, device).get(key, [])
     if not entries:
         return None
