@@ -31,6 +31,7 @@ WAVES = 8
 # mma.sync). Its shared loads' issue slots come on top: on an H200 (2026-11-24) edges
 # of 1 and 2 won, wider ones lost (performance.md, sixteenth round).
 EDGE_COST = 2
+TILE_SIDES = range(1, 9)  # 8x8 blocks along each side of a tensor-core warp tile
 TILE_BLOCKS = 16  # the most 8x8 blocks of a tensor-core warp tile, but for LARGE_TILE_BLOCKS
 # 3xTF32 atb with one block of bulk copies also takes warp tiles of up to 36 blocks,
 # scored with 8 warps per SM as enough. On an H200, whose 700 W power cap lowers the
@@ -104,7 +105,7 @@ def _mma_candidates(problem: Problem, arch: str) -> dict[Config, float]:
     edge_options = (False, True) if atb and min(problem.m, problem.n) >= 8 and (problem.m % 8 or problem.n % 8) \
         else (False,)
     for tile_m, tile_n, row_groups, stage_bytes, stages, blocks, stage_out, stage_copy, tf32x3, fma_edges in \
-        itertools.product(range(1, 9), range(1, 9), (1, 2, 3, 4, 8), stage_sizes, (2, 3, 4, 6), (1, 2, 3),
+        itertools.product(TILE_SIDES, TILE_SIDES, (1, 2, 3, 4, 8), stage_sizes, (2, 3, 4, 6), (1, 2, 3),
                           _stage_outs(problem), ("vector", "bulk") if bulk else ("vector",), tf32_options, edge_options):
         if stages == 6 and not (stage_copy == "bulk" and blocks == 1):
             continue  # a deep ring serves one block of bulk copies only (nothing else keeps it full)
@@ -319,7 +320,19 @@ def neighbours(problem: Problem, config: Config, arch: str = "sm_90") -> list[Co
         edged = dataclasses.replace(c, fma_edges=not c.fma_edges)
         blocks_m, blocks_n = (KernelSpec(problem, edged).mma_blocks(w) for w in (problem.m, problem.n))
         steps.append(dict(fma_edges=not c.fma_edges, tile_m=min(c.tile_m, blocks_m), tile_n=min(c.tile_n, blocks_n)))
+        # Warp tiles that cover the blocks with no padded warp: the tensor cores work the
+        # whole grid of warp tiles. On an H100 (2026-11-25) complex128 atb 53..56 (real
+        # views of 14x14 blocks) ran 5x3 tiles over 15x15 blocks at 73-84 % of roofline;
+        # the search's scores never offered 7x2.
+        blocks_m, blocks_n = (start.mma_blocks(w) for w in (problem.m, problem.n))
+        steps.append(dict(tile_m=_nearest_divisor(blocks_m, c.tile_m), tile_n=_nearest_divisor(blocks_n, c.tile_n)))
     return _fitted_steps(c, steps, lambda f: _usable(KernelSpec(problem, f)))
+
+
+def _nearest_divisor(blocks: int, side: int) -> int:
+    """The warp tile side of TILE_SIDES nearest ``side`` (the larger on a tie) that
+    divides ``blocks`` blocks evenly."""
+    return min((d for d in TILE_SIDES if blocks % d == 0), key=lambda d: (abs(d - side), -d))
 
 
 def _fitted_steps(start, steps: list[dict], usable) -> list:

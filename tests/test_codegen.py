@@ -583,8 +583,10 @@ def test_neighbours_are_valid_one_step_moves(problem):
             assert config.tile_m in (2 * start.tile_m, start.tile_m // 2) and config.tile_n == start.tile_n
             passes = start.rows_per_stage // KernelSpec(problem, start).rows_per_pass
             assert config.rows_per_stage == passes * KernelSpec(problem, config).rows_per_pass
-        elif changed & {"tile_m", "tile_n"}:
-            assert (config.tile_m, config.tile_n) == (start.tile_n, start.tile_m)
+        elif changed & {"tile_m", "tile_n"}:  # transposed, or covering the blocks with no padded warp
+            spec = KernelSpec(problem, config)
+            exact = all(spec.mma_blocks(w) % t == 0 for w, t in ((problem.m, config.tile_m), (problem.n, config.tile_n)))
+            assert (config.tile_m, config.tile_n) == (start.tile_n, start.tile_m) or (config.mma and exact)
         if "stage_copy" in changed:
             assert problem.op == "ab" and config.mma
         if "row_groups" in changed:
@@ -593,6 +595,19 @@ def test_neighbours_are_valid_one_step_moves(problem):
         if "blocks_per_sm" in changed and len(changed) > 1:  # the most that fit after another step
             assert config.blocks_per_sm < start.blocks_per_sm
             assert not _usable(KernelSpec(problem, dataclasses.replace(config, blocks_per_sm=config.blocks_per_sm + 1)))
+
+
+def test_neighbours_of_a_padded_dmma_atb_tile_cover_the_blocks_exactly():
+    """complex128 atb 53's real view (106x106, 14x14 blocks of 8) on the 5x3 warp
+    tiles it was tuned to (15x15 blocks worked): one step reaches 7x2, whose warps
+    cover the blocks with none padded; a tile that covers them already has no such
+    step."""
+    problem = Problem("atb", "float64", 106, 106)
+    start = Config(tile_m=5, tile_n=3, mapping="blocked", row_groups=1, rows_per_stage=32, stages=2, unroll=2,
+                   mma=True, c_source="shared", stage_copy="bulk", blocks_per_sm=1)
+    assert dataclasses.replace(start, tile_m=7, tile_n=2) in neighbours(problem, start, "sm_90")
+    covering = Problem("atb", "float64", 120, 120)  # 15x15 blocks
+    assert {(c.tile_m, c.tile_n) for c in neighbours(covering, start, "sm_90")} == {(5, 3), (3, 5)}
 
 
 def test_neighbours_of_a_one_slab_dmma_ab_reach_more_slabs_and_bulk_copies():
