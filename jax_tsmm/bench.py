@@ -242,6 +242,22 @@ def timed_kernel(op: str, dtype, m: int, n: int, k: int):
                             update=op == "ab_update")
 
 
+def kernels_to_time(ops, dtypes, shapes, sweep_widths, sweep_ks, model: bool) -> list:
+    """Every kernel a run of these rows, K sweep (empty ``sweep_widths``: none) and,
+    with op "mtsm", mtsm grid times, each once: compiled in parallel before the
+    first timing (the K sweep's, one at a time as they came, had held the GPU idle)."""
+    tall_ops = [op for op in ops if op != "mtsm"]
+    with dispatch_context(model):
+        specs = [timed_kernel(op, d, m, n, problem_rows(m, n, d)) for d in dtypes for op in tall_ops
+                 for m, n in shapes]
+        specs += [timed_kernel(op, d, w, w, k) for d in dtypes for w in sweep_widths for k in sweep_ks
+                  for op in tall_ops if k * w * np.dtype(d).itemsize <= SWEEP_MAX_BYTES]
+        if "mtsm" in ops:
+            specs += [_mtsm.select(d, t, n, False, size, _cuda.arch(), _cuda.device_kind())
+                      for d in dtypes for t in (False, True) for n in MTSM_WIDTHS for size in MTSM_SIZES]
+    return [spec for spec in dict.fromkeys(specs) if spec is not None]
+
+
 def dispatch_context(model: bool):
     """With ``model``, dispatch by the model's kernels, ignoring the tuning database."""
     return _dispatch.model_only() if model else contextlib.nullcontext()
@@ -305,10 +321,6 @@ def mtsm_operand_sets(dtype, size: int, n: int, seed: int) -> list[tuple]:
 def mtsm_rows(dtypes, ceilings: dict, model: bool = False) -> list[dict]:
     """Every (dtype, M = K, N, transpose_a) of the mtsm grid; one pair of A
     matrices per dtype and size serves both layouts and every N."""
-    with dispatch_context(model):
-        specs = {(d, t, n, size): _mtsm.select(d, t, n, False, size, _cuda.arch(), _cuda.device_kind())
-                 for d in dtypes for t in (False, True) for n in MTSM_WIDTHS for size in MTSM_SIZES}
-    _kernels.precompile([s for s in set(specs.values()) if s is not None], _cuda.arch())
     rows = []
     for dtype in dtypes:
         for size in MTSM_SIZES:
@@ -322,9 +334,9 @@ def mtsm_rows(dtypes, ceilings: dict, model: bool = False) -> list[dict]:
                 for transpose_a in (False, True):
                     ours, xla = mtsm_operations(transpose_a)
                     with dispatch_context(model):
+                        spec = _mtsm.select(dtype, transpose_a, width, False, size, _cuda.arch(), _cuda.device_kind())
                         ours_s = seconds_per_call(ours, sets, best)
                     xla_s = seconds_per_call(xla, sets, best)
-                    spec = specs[dtype, transpose_a, width, size]
                     row = {
                         "op": MTSM_OPS[transpose_a], "dtype": np.dtype(dtype).name,
                         "M": size, "N": width, "K": size,
@@ -340,6 +352,7 @@ def mtsm_rows(dtypes, ceilings: dict, model: bool = False) -> list[dict]:
 
 
 K_SWEEP = tuple(1 << log_k for log_k in range(10, 29, 2))
+SWEEP_MAX_BYTES = 4 * GIB  # of a tall matrix in the K sweep
 
 
 def k_sweep(ceilings: dict, ops, dtypes, widths, ks=K_SWEEP, model: bool = False) -> list[dict]:
@@ -349,7 +362,7 @@ def k_sweep(ceilings: dict, ops, dtypes, widths, ks=K_SWEEP, model: bool = False
     for dtype in dtypes:
         for width in widths:
             for k in ks:
-                if k * width * np.dtype(dtype).itemsize > 4 * GIB:
+                if k * width * np.dtype(dtype).itemsize > SWEEP_MAX_BYTES:
                     break
                 for op in ops:
                     row = bench_shape(op, dtype, width, width, k, ceilings, model)
@@ -472,6 +485,9 @@ def main(argv=None) -> None:
     dtypes = [np.dtype(d) for d in args.dtypes.split(",")]
     ops = args.ops.split(",")
     shapes = [(w, w) for w in parse_widths(args.widths)] + ([] if args.no_pairs else list(DEFAULT_PAIRS))
+    tall_ops = [op for op in ops if op != "mtsm"]
+    sweep_widths = parse_widths(args.k_sweep_widths) if args.k_sweep else []
+    sweep_ks = [int(k) for k in args.k_sweep_k.split(",")]
 
     print(f"{device.device_kind}, jax {jax.__version__}, {datetime.date.today()}", flush=True)
     ceilings = measure_ceilings()
@@ -480,10 +496,9 @@ def main(argv=None) -> None:
         + ", ".join(f"{k} {v / 1e12:.1f} TFLOP/s" for k, v in ceilings["peak_flops"].items() if k.startswith("float")),
         flush=True,
     )
-    problems = [(op, d, m, n) for d in dtypes for op in ops if op != "mtsm" for m, n in shapes]
-    with dispatch_context(args.model):
-        specs = [timed_kernel(op, d, m, n, problem_rows(m, n, d)) for op, d, m, n in problems]
-    _kernels.precompile([s for s in specs if s is not None], _cuda.arch())
+    kernels = kernels_to_time(ops, dtypes, shapes, sweep_widths, sweep_ks, args.model)
+    _kernels.precompile(kernels, _cuda.arch())  # in parallel, before any timing
+    problems = [(op, d, m, n) for d in dtypes for op in tall_ops for m, n in shapes]
     rows = []
     for index, (op, dtype, m, n) in enumerate(problems):
         row = bench_shape(op, dtype, m, n, problem_rows(m, n, dtype), ceilings, args.model)
@@ -492,10 +507,7 @@ def main(argv=None) -> None:
         _print_row(row)
     if "mtsm" in ops:
         rows += mtsm_rows(dtypes, ceilings, args.model)
-    sweep_ops = [op for op in ops if op != "mtsm"]
-    sweep_ks = [int(k) for k in args.k_sweep_k.split(",")]
-    sweep = (k_sweep(ceilings, sweep_ops, dtypes, parse_widths(args.k_sweep_widths), sweep_ks, args.model)
-             if args.k_sweep else [])
+    sweep = k_sweep(ceilings, tall_ops, dtypes, sweep_widths, sweep_ks, args.model)
     report = {
         "device": device.device_kind, "date": str(datetime.date.today()), "jax": jax.__version__,
         "ceilings": ceilings, "loop_seconds": LOOP_SECONDS, "rows": rows, "k_sweep": sweep,

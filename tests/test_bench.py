@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import dataclasses
 
-from jax_tsmm import bench
+import numpy as np
+
+from jax_tsmm import _mtsm, bench
 from jax_tsmm.codegen import Config
 
 
@@ -61,3 +63,16 @@ def test_smaller_operands_rotate_more_sets():
     assert bench.set_count(256 << 20) == 16
     assert bench.set_count(1 << 20) == bench.MAX_SETS
     assert bench.mtsm_set_count("float32", 8192, 64) == 15  # 256 MiB of A and 2 MiB of X
+
+
+
+def test_the_kernels_of_rows_sweep_and_mtsm_grid_are_gathered_once():
+    """What main compiles in parallel before timing: the kernel of each row, each K
+    of the sweep (up to SWEEP_MAX_BYTES a tall matrix) and each mtsm shape, once each."""
+    dtype = np.dtype("float64")
+    kernels = bench.kernels_to_time(["atb", "ab", "mtsm"], [dtype], [(5, 5), (40, 40)], [40], [65537, 1 << 28], False)
+    expected = {bench.timed_kernel(op, dtype, m, m, k) for op in ("atb", "ab") for m, k in
+                [(5, bench.problem_rows(5, 5, dtype)), (40, bench.problem_rows(40, 40, dtype)), (40, 65537)]}
+    expected |= {_mtsm.select(dtype, t, n, False, size, "sm_90") for t in (False, True)
+                 for n in bench.MTSM_WIDTHS for size in bench.MTSM_SIZES}
+    assert len(set(kernels)) == len(kernels) and set(kernels) == expected - {None}
