@@ -324,8 +324,8 @@ def neighbours(problem: Problem, config: Config, arch: str = "sm_90") -> list[Co
         # whole grid of warp tiles. On an H100 (2026-11-25) complex128 atb 53..56 (real
         # views of 14x14 blocks) ran 5x3 tiles over 15x15 blocks at 73-84 % of roofline;
         # the search's scores never offered 7x2.
-        blocks_m, blocks_n = (start.mma_blocks(w) for w in (problem.m, problem.n))
-        steps.append(dict(tile_m=_nearest_divisor(blocks_m, c.tile_m), tile_n=_nearest_divisor(blocks_n, c.tile_n)))
+        steps.append(dict(tile_m=_nearest_divisor(start.mma_blocks(problem.m), c.tile_m),
+                          tile_n=_nearest_divisor(start.mma_blocks(problem.n), c.tile_n)))
     return _fitted_steps(c, steps, lambda f: _usable(KernelSpec(problem, f)))
 
 

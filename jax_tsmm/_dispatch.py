@@ -188,10 +188,12 @@ def _nearest_kernel_entry(entries: list[dict], k: int) -> dict | None:
     of roofline, and its winners at 1.1-1.4 million rows reached 72-88 %; the
     model's kernel had reached 65 % at 51 (docs/performance.md, twenty-seventh
     round)."""
-    octaves = {id(entry): abs(np.log2(entry.get("k_tuned", entry["k_min"]) / k)) for entry in entries}
-    near = [entry for entry in entries
-            if entry["config"] is not None and octaves[id(entry)] <= np.log2(NEAREST_KERNEL_REACH)]
-    return min(near, key=lambda entry: octaves[id(entry)], default=None)
+    def octaves(entry: dict) -> float:
+        return abs(np.log2(entry.get("k_tuned", entry["k_min"]) / k))
+
+    reach = np.log2(NEAREST_KERNEL_REACH)
+    near = [entry for entry in entries if entry["config"] is not None and octaves(entry) <= reach]
+    return min(near, key=octaves, default=None)
 
 
 def _xla_measured_faster(entry: dict, k: int) -> bool:
