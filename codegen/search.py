@@ -247,13 +247,14 @@ def candidates(problem: Problem, limit: int = 16, arch: str = "sm_90") -> list[C
     # then the flat mapping's start and two of its variants.
     firsts = [default]
     with_bulk = dataclasses.replace(default, stage_copy="bulk")
-    if with_bulk != default and has_bulk_copies(arch) and _valid(KernelSpec(problem, with_bulk)):
+    if with_bulk != default and has_bulk_copies(arch) and is_valid(KernelSpec(problem, with_bulk)):
         firsts.append(with_bulk)
     firsts += [c for c in flat_candidates(problem)[:3] if c not in firsts]
     return (firsts + [c for c in ranked if c not in firsts])[:limit]
 
 
-def _valid(spec: KernelSpec) -> bool:
+def is_valid(spec: KernelSpec) -> bool:
+    """Whether ``spec`` passes ``validate``."""
     try:
         validate(spec)
         return True
@@ -268,7 +269,7 @@ def _usable(spec: KernelSpec, valid: dict | None = None, source: tuple = ()) -> 
     if valid is None:
         valid = {}
     if source not in valid:
-        valid[source] = _valid(spec)
+        valid[source] = is_valid(spec)
     return valid[source] and 64 <= spec.threads and occupancy_ok(spec)
 
 
