@@ -765,8 +765,7 @@ def _atb_mma_body(spec: KernelSpec, ar: _Arith) -> tuple[list[str], list[tuple[s
     that turn compute-bound on them; for float32 (widened to double) the FMA
     units' rate with a fraction of their instructions and shared loads. 3xTF32
     (Config.tf32x3, float32) consumes 8 rows per k-step, two DMMA k-steps' rows
-    side by side, with no widening. Gauss (Config.gauss, complex128) takes three
-    DMMA per 8x8 block of the complex result where its real view takes four."""
+    side by side, with no widening."""
     p, c = spec.problem, spec.config
     e = ar.elem
     tm, tn = c.tile_m, c.tile_n
@@ -774,10 +773,7 @@ def _atb_mma_body(spec: KernelSpec, ar: _Arith) -> tuple[list[str], list[tuple[s
     warps = warps_m * warps_n
     s = spec.row_spacing
     tf32 = c.tf32x3
-    gauss = c.gauss
     halves = (0, 1) if tf32 else (0,)
-    # Gauss: real part rr ∓ ii, imaginary part mix - rr ∓ ii, A's mix re ± im (Aᵀ B, then Aᴴ B).
-    gauss_sign = "+" if p.conj else "-"
 
     def k_step(t: int) -> list[str]:
         """k-step t of a row step: in each half h, rows r + 4 s h + t + s * frag_k, one per
@@ -799,10 +795,6 @@ def _atb_mma_body(spec: KernelSpec, ar: _Arith) -> tuple[list[str], list[tuple[s
                 load = lambda operand, i, width: (  # noqa: E731
                     f"const tsmm_tf32_pair {operand}{i}{suffix} = "
                     f"tsmm_split_tf32(inside{suffix} ? s{operand}[{at(width)} + col_{operand}{i}] : 0.0f);")
-            elif gauss:
-                load = lambda operand, i, width: (  # noqa: E731
-                    f"const double2 {operand}{i} = inside ? s{operand}[{at(width)} + col_{operand}{i}] "
-                    ": make_double2(0, 0);")
             else:
                 load = lambda operand, i, width: (  # noqa: E731
                     f"const double {operand}{i} = inside ? s{operand}[{at(width)} + col_{operand}{i}] : 0.0;")
@@ -815,14 +807,6 @@ def _atb_mma_body(spec: KernelSpec, ar: _Arith) -> tuple[list[str], list[tuple[s
         if tf32:
             return lines + tf32_products(tm, tn, lambda i, j: f"part_{i}_{j}", lambda i, h: f"a{i}_{h}",
                                          lambda j, h: f"b{j}_{h}", lone_transposed=True)
-        if gauss:
-            return lines + [
-                *[f"const double a{i}_mix = a{i}.x {'-' if p.conj else '+'} a{i}.y;" for i in range(tm)],
-                *[f"const double b{j}_mix = b{j}.x + b{j}.y;" for j in range(tn)],
-                *dmma_products(tm, tn, lambda i, j: f"rr_{i}_{j}", lambda i: f"a{i}.x", lambda j: f"b{j}.x"),
-                *dmma_products(tm, tn, lambda i, j: f"ii_{i}_{j}", lambda i: f"a{i}.y", lambda j: f"b{j}.y"),
-                *dmma_products(tm, tn, lambda i, j: f"mix_{i}_{j}", lambda i: f"a{i}_mix", lambda j: f"b{j}_mix"),
-            ]
         return lines + dmma_products(tm, tn, lambda i, j: f"acc_{i}_{j}", lambda i: f"a{i}", lambda j: f"b{j}")
 
     # fma_edges: slot `edge_slot` takes rows edge_slot + u * slots of the result against the
@@ -885,10 +869,9 @@ def _atb_mma_body(spec: KernelSpec, ar: _Arith) -> tuple[list[str], list[tuple[s
         step_comment = (f"// {step_rows} rows: {s} m16n8k8 k-step(s) per two 8x8 blocks, each taking a DMMA"
                         f" k-step's rows in two halves {4 * s} rows apart")
     elif s > 1:
-        per_block = "three DMMA k-steps (Gauss)" if gauss else "DMMA k-steps"
-        step_comment = f"// {step_rows} rows: {s} {per_block} per 8x8 block, each taking 4 rows {s} apart"
+        step_comment = f"// {step_rows} rows: {s} DMMA k-steps per 8x8 block, each taking 4 rows {s} apart"
     else:
-        step_comment = "// Four rows: " + ("three DMMA per 8x8 block (Gauss)" if gauss else "one DMMA per 8x8 block")
+        step_comment = "// Four rows: one DMMA per 8x8 block"
     if s > 1:
         step_comment += " (bank-conflict-free unpadded rows" + (
             "" if not padded_groups else f", in groups of {s} padded to {' and '.join(padded_groups)} elements") + ")"
@@ -912,17 +895,12 @@ def _atb_mma_body(spec: KernelSpec, ar: _Arith) -> tuple[list[str], list[tuple[s
               "// [2*(lane%4) + h][lane/4] of each block."] if tm % 2 else [])] if tf32 else
           ["// PTX m8n8k4 f64 fragments: A (8x4, row) holds [lane/4][lane%4], B (4x8, col)",
            "// [lane%4][lane/4], D (8x8) [lane/4][2*(lane%4) + h]."]),
-        *(["// Gauss's 3M: per 8x8 block of the complex result three real sums, rr = Re(a)ᵀ Re(b),",
-           f"// ii = Im(a)ᵀ Im(b) and mix = (Re a {'-' if p.conj else '+'} Im a)ᵀ (Re b + Im b), combined once at the end:",
-           "// three DMMA where the real view takes four, the complex elements read as one",
-           "// 16-byte load per fragment element."] if gauss else []),
         "// Columns past M or N are clamped for reading; their results are never stored.",
         "const int frag_k = lane % 4;",
         *[f"const int col_a{i} = min((warp_m * {tm} + {i}) * 8 + lane / 4, {p.m - 1});" for i in range(tm)],
         *[f"const int col_b{j} = min((warp_n * {tn} + {j}) * 8 + lane / 4, {p.n - 1});" for j in range(tn)],
         "",
-        *[f"{acc_type} {sums}_{i}_{j}_{h} = 0;" for sums in (("rr", "ii", "mix") if gauss else ("acc",))
-          for i in range(tm) for j in range(tn) for h in range(2)],
+        *[f"{acc_type} acc_{i}_{j}_{h} = 0;" for i in range(tm) for j in range(tn) for h in range(2)],
         *sums,
         *edge_places,
         "",
@@ -942,11 +920,6 @@ def _atb_mma_body(spec: KernelSpec, ar: _Arith) -> tuple[list[str], list[tuple[s
     else:
         body += _pipeline(spec, issue, consume)
     body += edge_quad_sums
-    if gauss:
-        body += ["// Gauss's combination of each lane's entries into the complex result."] + [
-            f"double2 acc_{i}_{j}_{h} = make_double2(rr_{i}_{j}_{h} {gauss_sign} ii_{i}_{j}_{h}, "
-            f"mix_{i}_{j}_{h} - rr_{i}_{j}_{h} {gauss_sign} ii_{i}_{j}_{h});"
-            for i in range(tm) for j in range(tn) for h in range(2)]
     outputs = []
     for i in range(tm):
         lone = tf32 and i == tm - 1 and tm % 2  # transposed (tf32_products)
