@@ -396,18 +396,28 @@ class _Arith:
         ]
 
 
-def dmma_products(tm: int, tn: int, acc, a, b) -> list[str]:
+def dmma_products(tm: int, tn: int, acc, a, b, lone_transposed=False) -> list[str]:
     """The DMMA steps of a tm x tn tile of 8x8 blocks; ``acc(i, j)`` names block
     (i, j)'s accumulator pair (suffixes _0, _1), ``a(i)`` and ``b(j)`` its
-    fragments. Blocks i and i+1 share B, so each such pair is one m16n8k4."""
+    fragments. Blocks i and i+1 share B, so each such pair is one m16n8k4. A lone
+    last block of M is one m8n8k4 per block, or with ``lone_transposed``
+    (Config.lone_transposed) computed transposed: B's blocks j and j+1 as the
+    m16n8k4's 16 rows against its fragment as the 8 columns, a zero partner
+    (into ``spare``) at an odd last j; its sums then hold [2*(lane%4) + h][lane/4]
+    of each block."""
     lines = []
-    for i in range(0, tm, 2):
+    for i in range(0, tm - tm % 2, 2):
         for j in range(tn):
-            if i + 1 < tm:
-                lines.append(f"tsmm_dmma16({acc(i, j)}_0, {acc(i, j)}_1, {acc(i + 1, j)}_0, {acc(i + 1, j)}_1, "
-                             f"{a(i)}, {a(i + 1)}, {b(j)});")
-            else:
-                lines.append(f"tsmm_dmma({acc(i, j)}_0, {acc(i, j)}_1, {a(i)}, {b(j)});")
+            lines.append(f"tsmm_dmma16({acc(i, j)}_0, {acc(i, j)}_1, {acc(i + 1, j)}_0, {acc(i + 1, j)}_1, "
+                         f"{a(i)}, {a(i + 1)}, {b(j)});")
+    if tm % 2 and not lone_transposed:
+        lines += [f"tsmm_dmma({acc(tm - 1, j)}_0, {acc(tm - 1, j)}_1, {a(tm - 1)}, {b(j)});" for j in range(tn)]
+    elif tm % 2:
+        for j in range(0, tn, 2):
+            low, b_low = ((f"{acc(tm - 1, j + 1)}_0", f"{acc(tm - 1, j + 1)}_1"), b(j + 1)) if j + 1 < tn else \
+                (("spare_0", "spare_1"), "0.0")
+            lines.append(f"tsmm_dmma16({acc(tm - 1, j)}_0, {acc(tm - 1, j)}_1, {low[0]}, {low[1]}, "
+                         f"{b(j)}, {b_low}, {a(tm - 1)});")
     return lines
 
 
@@ -807,7 +817,8 @@ def _atb_mma_body(spec: KernelSpec, ar: _Arith) -> tuple[list[str], list[tuple[s
         if tf32:
             return lines + tf32_products(tm, tn, lambda i, j: f"part_{i}_{j}", lambda i, h: f"a{i}_{h}",
                                          lambda j, h: f"b{j}_{h}", lone_transposed=True)
-        return lines + dmma_products(tm, tn, lambda i, j: f"acc_{i}_{j}", lambda i: f"a{i}", lambda j: f"b{j}")
+        return lines + dmma_products(tm, tn, lambda i, j: f"acc_{i}_{j}", lambda i: f"a{i}", lambda j: f"b{j}",
+                                     lone_transposed=c.lone_transposed)
 
     # fma_edges: slot `edge_slot` takes rows edge_slot + u * slots of the result against the
     # N edge's columns (m-units) and core columns edge_slot + u * slots against the M
@@ -894,13 +905,19 @@ def _atb_mma_body(spec: KernelSpec, ar: _Arith) -> tuple[list[str], list[tuple[s
               "// last j) where a zero partner would pad half of every step; its sums hold",
               "// [2*(lane%4) + h][lane/4] of each block."] if tm % 2 else [])] if tf32 else
           ["// PTX m8n8k4 f64 fragments: A (8x4, row) holds [lane/4][lane%4], B (4x8, col)",
-           "// [lane%4][lane/4], D (8x8) [lane/4][2*(lane%4) + h]."]),
+           "// [lane%4][lane/4], D (8x8) [lane/4][2*(lane%4) + h].",
+           *([f"// Block row {tm - 1} has no partner: it runs transposed, N's blocks j and j+1 as an",
+              "// m16n8k4's 16 rows against its 8 columns, where an m8n8k4 per block would issue",
+              "// half-empty (Hopper runs m8n8k4 at half m16n8k4's rate); its sums hold",
+              "// [2*(lane%4) + h][lane/4] of each block."] if c.lone_transposed else [])]),
         "// Columns past M or N are clamped for reading; their results are never stored.",
         "const int frag_k = lane % 4;",
         *[f"const int col_a{i} = min((warp_m * {tm} + {i}) * 8 + lane / 4, {p.m - 1});" for i in range(tm)],
         *[f"const int col_b{j} = min((warp_n * {tn} + {j}) * 8 + lane / 4, {p.n - 1});" for j in range(tn)],
         "",
         *[f"{acc_type} acc_{i}_{j}_{h} = 0;" for i in range(tm) for j in range(tn) for h in range(2)],
+        *(["double spare_0 = 0, spare_1 = 0;  // the lone block's zero partner"]
+          if c.lone_transposed and tn % 2 else []),
         *sums,
         *edge_places,
         "",
@@ -922,7 +939,7 @@ def _atb_mma_body(spec: KernelSpec, ar: _Arith) -> tuple[list[str], list[tuple[s
     body += edge_quad_sums
     outputs = []
     for i in range(tm):
-        lone = tf32 and i == tm - 1 and tm % 2  # transposed (tf32_products)
+        lone = (tf32 or c.lone_transposed) and i == tm - 1 and tm % 2  # transposed (tf32_products, dmma_products)
         for j in range(tn):
             for h in range(2):
                 d_row, d_col = "lane / 4", f"2 * (lane % 4) + {h}"

@@ -90,7 +90,9 @@ def _mma_candidates(problem: Problem, arch: str) -> dict[Config, float]:
     """Tensor-core configurations, scored like the rest with the tensor cores' rate
     counted as twice the reuse: DMMA (float64, float32) and, for float32, 3xTF32
     ahead of DMMA (which spends as much pipe time widening floats as on its
-    products); also with bulk stage copies where the GPU has them
+    products); DMMA atb tiles with a lone block of M also with it transposed
+    (Config.lone_transposed), ranked up by the tensor steps it saves; also with bulk
+    stage copies where the GPU has them
     (validate keeps the layouts that allow them), atb's bulk ones also as one block
     per SM with two stages of ONE_BLOCK_STAGE_BYTES, and ab's bulk ones also in
     WAVES waves of blocks (a launch parameter the measurement decides)."""
@@ -130,9 +132,21 @@ def _mma_candidates(problem: Problem, arch: str) -> dict[Config, float]:
                              * (ONE_BLOCK_BONUS if one_block else 1))
             if stage_copy == "bulk" and not atb:
                 found[dataclasses.replace(config, waves=WAVES)] = found[config]
+            if atb and not tf32x3 and tile_m % 2:  # its lone block transposed: fewer tensor steps
+                lone = dataclasses.replace(config, lone_transposed=True)
+                if _usable(KernelSpec(problem, lone)):
+                    found[lone] = found[config] * _dmma_steps(tile_m, tile_n) / _dmma_steps(tile_m, tile_n, True)
     if problem.dtype == "float32" and not atb and not problem.update and has_wgmma(arch):
         found.update(_wgmma_candidates(problem))
     return found
+
+
+def _dmma_steps(tile_m: int, tile_n: int, lone_transposed: bool = False) -> int:
+    """DMMA instructions per k-step of an atb warp tile, each an m16n8k4's tensor time
+    (Hopper issues m8n8k4 half-empty): pairs of blocks along M, and the lone block's
+    one per block, or per two with Config.lone_transposed."""
+    lone = (tile_n + 1) // 2 if lone_transposed else tile_n
+    return tile_m // 2 * tile_n + (lone if tile_m % 2 else 0)
 
 
 def _wgmma_candidates(problem: Problem) -> dict[Config, float]:
@@ -278,8 +292,9 @@ def neighbours(problem: Problem, config: Config, arch: str = "sm_90") -> list[Co
     model ranks least reliably, the stage geometry and occupancy (rows per stage, row
     groups, stages, blocks per SM), the padding of staged rows, for atb the warp
     tile's orientation and (mma) the FMA edges, the tile trimmed to the core's blocks
-    where it overhangs, and for ab on the tensor cores the slabs per warp (not
-    wgmma's) and the stage copies: the tuner's local search around its fastest candidate
+    where it overhangs, DMMA's lone block of M transposed or not, and for ab on the
+    tensor cores the slabs per warp (not wgmma's) and the stage copies: the tuner's
+    local search around its fastest candidate
     (benchmarking every candidate, as Tensile does, on a neighbourhood instead of
     the whole space). Rows per stage follow a change of row groups pass for pass,
     and blocks per SM fall with a step whose blocks no longer fit as many times
@@ -327,6 +342,11 @@ def neighbours(problem: Problem, config: Config, arch: str = "sm_90") -> list[Co
         # the search's scores never offered 7x2.
         steps.append(dict(tile_m=_nearest_divisor(start.mma_blocks(problem.m), c.tile_m),
                           tile_n=_nearest_divisor(start.mma_blocks(problem.n), c.tile_n)))
+        if not c.tf32x3:  # DMMA's lone block of M: transposed as before where the tile keeps one, or flipped
+            steps = [dict(step, lone_transposed=c.lone_transposed and step.get("tile_m", c.tile_m) % 2 == 1)
+                     for step in steps]
+            if c.tile_m % 2:
+                steps.append(dict(lone_transposed=not c.lone_transposed))
     return _fitted_steps(c, steps, lambda f: _usable(KernelSpec(problem, f)))
 
 

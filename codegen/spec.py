@@ -179,6 +179,16 @@ class Config:
                      quad at the end; a slot holds whole rows of the N edge (one A
                      element against the N mod 8 edge columns of B) and whole columns of
                      the M edge, so a row costs a load per unit and per edge column.
+    lone_transposed  atb on DMMA (mma without tf32x3) with an odd tile_m: the warp
+                     tile's lone last block of M runs transposed, N's blocks j
+                     and j+1 as an m16n8k4's 16 rows against its 8 columns (the
+                     same fragment registers: an A fragment's rows are a B
+                     fragment's columns), in ceil(tile_n / 2) steps where one
+                     m8n8k4 per block takes tile_n. Hopper issues m8n8k4
+                     half-empty (32.9 against 65.5 TFLOP/s as m16n8k4 on an
+                     H200), so a lone block costs a pair's tensor time: 5x3
+                     tiles issue 8 steps instead of 9. 3xTF32 atb always runs its
+                     lone block so (tf32_products).
     m_panels         atb only: the M rows of the result are split into this many
                      panels, one per blockIdx.y, when one block's registers
                      cannot hold all of them (each panel streams A and B again).
@@ -207,6 +217,7 @@ class Config:
     stage_out: bool = False
     stage_copy: str = "vector"
     fma_edges: bool = False
+    lone_transposed: bool = False
     m_panels: int = 1
     blocks_per_sm: int = 2
     waves: int = 1
@@ -489,6 +500,7 @@ class KernelSpec:
             steps = max(len(group) for group in self.wgmma_groups)
             return self.wgmma_n + WGMMA_STEP_REGISTERS * steps + WGMMA_FIXED_REGISTERS
         outputs = c.tile_m * c.tile_n * (2 if c.mma else 1)  # a DMMA block: 2 per lane
+        outputs += 2 if c.lone_transposed and c.tile_n % 2 else 0  # the lone block's zero partner
         if c.fma_edges:  # a slot's sums and, per row, its loads
             m_units, n_units = self.edge_units
             outputs += m_units * self.edge(p.n) + n_units * self.edge(p.m)
@@ -659,6 +671,9 @@ def validate(spec: KernelSpec) -> None:
         raise InvalidSpec("; ".join(errors), spec)
     if c.fma_edges and not (p.op == "atb" and c.mma and p.m >= 8 and p.n >= 8 and (p.m % 8 or p.n % 8)):
         errors.append("fma_edges serves mma atb with M and N from 8 and at least one not a multiple of 8")
+        raise InvalidSpec("; ".join(errors), spec)
+    if c.lone_transposed and not (p.op == "atb" and c.mma and not c.tf32x3 and c.tile_m % 2):
+        errors.append("lone_transposed serves DMMA atb (not 3xTF32, which always does it) with an odd tile_m")
         raise InvalidSpec("; ".join(errors), spec)
     if c.mma and (p.dtype not in MMA_DTYPES or c.m_panels != 1
                   or (p.op == "ab" and c.c_source != ("shared" if c.wgmma else "global"))):

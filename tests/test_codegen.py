@@ -9,15 +9,16 @@ import dataclasses
 import re
 import subprocess
 
+import numpy as np
 import pytest
 
 from jax_tsmm import _kernels
 from jax_tsmm.codegen import Config, InvalidSpec, KernelSpec, Problem, default_config, module_source, validate
 from jax_tsmm.codegen.prebuilt import prebuilt_specs
 from jax_tsmm.codegen.model import SHARED_BUDGET, registers_fit
-from jax_tsmm.codegen.emit import _vector_element, _vector_order, kernel_source
-from jax_tsmm.codegen.search import (LARGE_TILE_BLOCKS, ONE_BLOCK_STAGE_BYTES, _usable, candidates, flat_candidates, neighbours,
-                                     occupancy_ok)
+from jax_tsmm.codegen.emit import _vector_element, _vector_order, dmma_products, kernel_source
+from jax_tsmm.codegen.search import (LARGE_TILE_BLOCKS, ONE_BLOCK_STAGE_BYTES, _dmma_steps, _usable, candidates,
+                                     flat_candidates, neighbours, occupancy_ok)
 from jax_tsmm.codegen.spec import MAX_REGISTERS, WGMMA_FIXED_REGISTERS, WGMMA_STEP_REGISTERS, wgmma_fragment_vector
 
 DTYPES = ("float32", "float64", "complex64", "complex128")
@@ -84,6 +85,9 @@ def _sample_specs() -> list[KernelSpec]:
         (Problem("ab", "float32", 1, 1, update=True), Config(mapping="flat", row_groups=64, rows_per_stage=1024, unroll=4, c_source="global")),
         (Problem("ab", "complex64", 5, 7, conj=True, update=True), Config(mapping="flat", row_groups=32, rows_per_stage=128, c_source="global")),
         (Problem("ab", "complex128", 4, 4), Config(mapping="flat", row_groups=64, rows_per_stage=64, c_source="global")),
+        # DMMA atb's lone block of M transposed: with a zero partner (odd tile_n, bulk), beside FMA edges
+        (Problem("atb", "float64", 57, 57), Config(tile_m=3, tile_n=3, mapping="blocked", row_groups=1, rows_per_stage=48, stages=3, mma=True, stage_copy="bulk", lone_transposed=True, blocks_per_sm=1)),
+        (Problem("atb", "float64", 50, 50), Config(tile_m=3, tile_n=2, mapping="blocked", row_groups=2, rows_per_stage=32, stages=3, mma=True, fma_edges=True, lone_transposed=True)),
     ]
     return specs + [KernelSpec(p, c) for p, c in variants]
 
@@ -389,6 +393,85 @@ def test_tf32_atb_lone_block_runs_transposed(tile_m, tile_n, steps):
         lone_row = f"((warp_m * {tile_m} + {tile_m - 1}) * 8 + 2 * (lane % 4) + 1)"
         assert f"partial[{lone_row} * {problem.n} + ((warp_n * {tile_n} + 0) * 8 + lane / 4)] = " \
             f"acc_{tile_m - 1}_0_1;" in source
+
+
+def _run_dmma_lines(lines: list[str], a_blocks: dict, b_blocks: dict) -> dict:
+    """Execute dmma_products' lines as PTX defines mma.sync f64 for the 32 lanes: each
+    register a dict lane -> value; a(i) holds A block i's [k = lane%4][col = lane/4],
+    b(j) B block j's. m8n8k4: A [lane/4][lane%4], B [lane%4][lane/4], D [lane/4][2*(lane%4)
+    + h]; m16n8k4 the same with A's and D's rows + 8 in the second register."""
+    regs = {}
+    for name, block in [*((f"a{i}", blk) for i, blk in a_blocks.items()), *((f"b{j}", blk) for j, blk in b_blocks.items())]:
+        regs[name] = {lane: block[lane % 4][lane // 4] for lane in range(32)}
+    regs["0.0"] = {lane: 0.0 for lane in range(32)}
+
+    def reg(name):
+        return regs.setdefault(name, {lane: 0.0 for lane in range(32)})
+
+    for line in lines:
+        args = [x.strip() for x in line[line.index("(") + 1:line.rindex(")")].split(",")]
+        if line.startswith("tsmm_dmma16("):
+            d, (a_top, a_bottom, b) = args[:4], args[4:]
+            a_rows = [[reg(a_top)[4 * r + k] for k in range(4)] for r in range(8)] + \
+                     [[reg(a_bottom)[4 * r + k] for k in range(4)] for r in range(8)]
+        else:
+            d, (a_top, b) = args[:2], args[2:]
+            a_rows = [[reg(a_top)[4 * r + k] for k in range(4)] for r in range(8)]
+        b_cols = [[reg(b)[4 * c + k] for k in range(4)] for c in range(8)]  # B[k][c] sits in lane 4c + k
+        out = np.array(a_rows) @ np.array(b_cols).T
+        for lane in range(32):
+            for h in range(2):
+                reg(d[h])[lane] += out[lane // 4][2 * (lane % 4) + h]
+                if len(d) == 4:
+                    reg(d[2 + h])[lane] += out[lane // 4 + 8][2 * (lane % 4) + h]
+    return regs
+
+
+@pytest.mark.parametrize("tile_m, tile_n", [(5, 3), (3, 4), (1, 7), (1, 1), (4, 3), (3, 1)])
+@pytest.mark.parametrize("lone_transposed", [False, True])
+def test_dmma_products_compute_the_tile(tile_m, tile_n, lone_transposed):
+    """dmma_products' steps, run as PTX defines m8n8k4 and m16n8k4, give every 8x8 block
+    of op(A)ᵀ B for one k-step, its sums where the atb emitter stores them (a
+    transposed lone block's [2*(lane%4) + h][lane/4]), in (tile_m // 2) * tile_n +
+    ceil(tile_n / 2) instructions with the lone block transposed, else
+    ceil(tile_m / 2) * tile_n."""
+    rng = np.random.default_rng()
+    a_blocks = {i: rng.standard_normal((4, 8)) for i in range(tile_m)}
+    b_blocks = {j: rng.standard_normal((4, 8)) for j in range(tile_n)}
+    lines = dmma_products(tile_m, tile_n, lambda i, j: f"acc_{i}_{j}", lambda i: f"a{i}", lambda j: f"b{j}",
+                          lone_transposed=lone_transposed)
+    lone_steps = -(-tile_n // 2) if lone_transposed else tile_n
+    assert len(lines) == tile_m // 2 * tile_n + (lone_steps if tile_m % 2 else 0)
+    regs = _run_dmma_lines(lines, a_blocks, b_blocks)
+    for i in range(tile_m):
+        lone = lone_transposed and i == tile_m - 1 and tile_m % 2
+        want = a_blocks[i].T @ np.stack([b_blocks[j] for j in range(tile_n)], axis=1).reshape(4, -1)
+        for j in range(tile_n):
+            for lane in range(32):
+                for h in range(2):
+                    m, n = (2 * (lane % 4) + h, lane // 4) if lone else (lane // 4, 2 * (lane % 4) + h)
+                    assert np.isclose(regs[f"acc_{i}_{j}_{h}"][lane], want[m, 8 * j + n])
+
+
+def test_dmma_lone_block_transposed_where_the_tile_has_one():
+    """Config.lone_transposed serves DMMA atb with an odd tile_m; the search offers it beside
+    each such tile, ranked by the tensor steps it saves, and the tuner's neighbours flip it
+    and keep it where a step leaves the tile a lone block."""
+    base = Config(tile_m=5, tile_n=3, mapping="blocked", row_groups=1, rows_per_stage=24, stages=2, unroll=2,
+                  mma=True, stage_copy="bulk", blocks_per_sm=1, lone_transposed=True)
+    problem = Problem("atb", "float64", 114, 114)
+    validate(KernelSpec(problem, base))
+    for other, change in ((problem, dict(tile_m=4)), (Problem("atb", "float32", 114, 114), dict(tf32x3=True)),
+                          (Problem("ab", "float64", 40, 40), dict(c_source="global", stage_copy="vector"))):
+        with pytest.raises(InvalidSpec, match="lone_transposed"):
+            validate(KernelSpec(other, dataclasses.replace(base, **change)))
+    assert (_dmma_steps(5, 3), _dmma_steps(5, 3, True), _dmma_steps(1, 7, True), _dmma_steps(4, 3)) == (9, 8, 4, 6)
+    offered = [c for c in candidates(problem, 64) if c.mma]
+    assert any(c.lone_transposed for c in offered)
+    assert all(c.tile_m % 2 and not c.tf32x3 for c in offered if c.lone_transposed)
+    moved = neighbours(problem, base)
+    assert dataclasses.replace(base, lone_transposed=False) in moved
+    assert all(c.lone_transposed == bool(c.tile_m % 2) for c in moved if c != dataclasses.replace(base, lone_transposed=False))
 
 
 def test_wgmma_candidates_for_float32_ab_on_sm90_only():

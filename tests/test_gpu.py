@@ -392,16 +392,21 @@ EDGE_CASES = [  # dtype, M, N, tile_m, tile_n, row_groups, stage_copy, tf32x3: b
 EDGE_PARAMETERS = ("dtype", "m", "n", "tile_m", "tile_n", "row_groups", "stage_copy", "tf32x3")
 
 
-def edge_spec(dtype, m, n, tile_m, tile_n, row_groups, stage_copy, tf32x3) -> KernelSpec:
-    """The kernel of an EDGE_CASES row: two passes of the block's rows a stage where they fit."""
-    problem = Problem("atb", dtype, m, n)
-    config = Config(tile_m=tile_m, tile_n=tile_n, mapping="blocked", row_groups=row_groups, mma=True,
-                    tf32x3=tf32x3, stage_copy=stage_copy, fma_edges=True, blocks_per_sm=1)
+def two_passes_a_stage(problem: Problem, config: Config) -> KernelSpec:
+    """``config`` with two passes of the block's rows a stage in a ring of 3, or one in a
+    ring of 2 where that would not fit (rows 8 apart)."""
     per_pass = KernelSpec(problem, config).rows_per_pass
     spec = KernelSpec(problem, dataclasses.replace(config, rows_per_stage=2 * per_pass, stages=3, unroll=2))
-    if spec.shared_bytes > MAX_SHARED_BYTES:  # rows 8 apart: one pass per stage
+    if spec.shared_bytes > MAX_SHARED_BYTES:
         spec = KernelSpec(problem, dataclasses.replace(spec.config, rows_per_stage=per_pass, stages=2))
     return spec
+
+
+def edge_spec(dtype, m, n, tile_m, tile_n, row_groups, stage_copy, tf32x3) -> KernelSpec:
+    """The kernel of an EDGE_CASES row."""
+    return two_passes_a_stage(Problem("atb", dtype, m, n), Config(
+        tile_m=tile_m, tile_n=tile_n, mapping="blocked", row_groups=row_groups, mma=True, tf32x3=tf32x3,
+        stage_copy=stage_copy, fma_edges=True, blocks_per_sm=1))
 
 
 def selected_cases(request, test_name: str, names: tuple[str, ...]) -> set[tuple]:
@@ -410,11 +415,15 @@ def selected_cases(request, test_name: str, names: tuple[str, ...]) -> set[tuple
             if getattr(item, "originalname", "") == test_name}
 
 
+def precompile_selected(request, test_name: str, names: tuple[str, ...], spec_of) -> None:
+    """Compile the kernels (``spec_of(*parameters)``) of the selected cases of ``test_name``
+    in parallel, before the first of them runs."""
+    _kernels.precompile([spec_of(*case) for case in selected_cases(request, test_name, names)], _cuda.arch())
+
+
 @pytest.fixture(scope="module")
 def edge_kernels_compiled(request):
-    """Compile the selected ``test_fma_edges_path`` cases' kernels in parallel first."""
-    cases = selected_cases(request, "test_fma_edges_path", EDGE_PARAMETERS)
-    _kernels.precompile([edge_spec(*case) for case in cases], _cuda.arch())
+    precompile_selected(request, "test_fma_edges_path", EDGE_PARAMETERS, edge_spec)
 
 
 @pytest.mark.parametrize(", ".join(EDGE_PARAMETERS), EDGE_CASES)
@@ -426,6 +435,44 @@ def test_fma_edges_path(dtype, m, n, tile_m, tile_n, row_groups, stage_copy, tf3
     boundary, and the same bits on every run."""
     rng = np.random.default_rng()
     spec = edge_spec(dtype, m, n, tile_m, tile_n, row_groups, stage_copy, tf32x3)
+    a, b = operands(rng, "atb", dtype, k, m, n, (3,), (3,))
+    check_forced(spec, "atb", a, b)
+
+
+LONE_CASES = [  # dtype, M, N, tile_m, tile_n, row_groups, stage_copy, fma_edges: DMMA atb with the lone block of
+    # M transposed (Config.lone_transposed): a zero partner at odd tile_n, rows 2 apart (114: complex128 57's
+    # real view), a tile of lone blocks alone, beside FMA edges, several row groups, float32 widened
+    ("float64", 114, 114, 5, 3, 1, "bulk", False),
+    ("float64", 57, 57, 3, 3, 1, "bulk", False),
+    ("float64", 13, 48, 1, 3, 2, "bulk", False),
+    ("float64", 50, 50, 3, 2, 2, "vector", True),
+    ("float64", 41, 20, 3, 2, 1, "vector", False),
+    ("float32", 33, 17, 3, 3, 2, "vector", False),
+]
+LONE_PARAMETERS = ("dtype", "m", "n", "tile_m", "tile_n", "row_groups", "stage_copy", "fma_edges")
+
+
+def lone_spec(dtype, m, n, tile_m, tile_n, row_groups, stage_copy, fma_edges) -> KernelSpec:
+    """The kernel of a LONE_CASES row."""
+    return two_passes_a_stage(Problem("atb", dtype, m, n), Config(
+        tile_m=tile_m, tile_n=tile_n, mapping="blocked", row_groups=row_groups, mma=True, stage_copy=stage_copy,
+        fma_edges=fma_edges, lone_transposed=True, blocks_per_sm=1))
+
+
+@pytest.fixture(scope="module")
+def lone_kernels_compiled(request):
+    precompile_selected(request, "test_dmma_lone_transposed_path", LONE_PARAMETERS, lone_spec)
+
+
+@pytest.mark.parametrize(", ".join(LONE_PARAMETERS), LONE_CASES)
+@pytest.mark.parametrize("k", [1, 37, 100_003, 10**6 + 7])
+def test_dmma_lone_transposed_path(dtype, m, n, tile_m, tile_n, row_groups, stage_copy, fma_edges, k,
+                                   lone_kernels_compiled):
+    """DMMA atb with its lone block of M against pairs of N's blocks (Config.lone_transposed):
+    every entry within the error bound, through many rounds of the ring with a ragged last
+    chunk, over batch items off a 16-byte boundary, and the same bits on every run."""
+    rng = np.random.default_rng()
+    spec = lone_spec(dtype, m, n, tile_m, tile_n, row_groups, stage_copy, fma_edges)
     a, b = operands(rng, "atb", dtype, k, m, n, (3,), (3,))
     check_forced(spec, "atb", a, b)
 
@@ -478,8 +525,7 @@ def wgmma_kernels_compiled(request):
     """Compile the selected ``test_wgmma_path`` cases' kernels in parallel first (one
     at a time, the 24 cases' took 305 s of an H100 call, 2026-11-25)."""
     if has_wgmma(_cuda.arch()):
-        cases = selected_cases(request, "test_wgmma_path", WGMMA_PARAMETERS)
-        _kernels.precompile([wgmma_spec(*case) for case in cases], _cuda.arch())
+        precompile_selected(request, "test_wgmma_path", WGMMA_PARAMETERS, wgmma_spec)
 
 
 @pytest.mark.parametrize(", ".join(WGMMA_PARAMETERS), WGMMA_CASES)
