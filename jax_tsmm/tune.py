@@ -53,11 +53,13 @@ import argparse
 import dataclasses
 import datetime
 import json
+import math
 import os
 import pathlib
 import time
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from jax_tsmm import _cuda, _dispatch, _kernels, _mtsm, bench
@@ -72,6 +74,10 @@ K_RANGES = ((0, 1 << 16), (1 << 18, 1 << 20), (1 << 22, None))
 MTSM_K_RANGES = ((0, 8192), (16384, 16384))
 MTSM_OPS = ("mtsm", "mtsm_t")
 K_ALIGNED = 1 << 22  # where the largest range's atb winner is timed against XLA once more
+# A candidate whose result differs from XLA's by more than this, relative in the
+# Frobenius norm, computes something else: correct kernels and XLA differ by their
+# rounding, about u sqrt(K) (float32 at K = 4 million: 1e-4).
+CHECK_TOLERANCE = 1e-2
 # How far (in M and in N) a tuned width's winner is tried as a candidate of another,
 # and how many such winners, the fastest: Tensile's nearest benchmarked size, here a
 # seed rather than an answer.
@@ -122,29 +128,45 @@ def replace_ranges(old: list[dict], tuned: list[dict], ranges: set[int], table=N
     return sorted(kept + tuned, key=lambda entry: entry["k_min"])
 
 
-def time_candidates(specs: list, incumbent, ours, sets: list[tuple], roof: float, arch: str, refine: int,
+def agrees_with_xla(ours, operands, want) -> bool:
+    """Whether ``ours`` (under a forced kernel) gives ``want``, XLA's result, on
+    ``operands``: finite, and within CHECK_TOLERANCE of it in the Frobenius norm. The
+    timing sees speed alone, so a kernel that computes something else could win on
+    it; the GPU tests check the error bounds themselves."""
+    got = jax.jit(lambda *o: ours(*o))(*operands)  # a fresh function: traced under the forced kernel
+    error = float(jnp.linalg.norm((got - want).ravel()))
+    return math.isfinite(error) and error <= CHECK_TOLERANCE * float(jnp.linalg.norm(want.ravel()))
+
+
+def time_candidates(specs: list, incumbent, ours, xla, sets: list[tuple], roof: float, arch: str, refine: int,
                     neighbours_of, note=lambda spec: "") -> list[tuple[float, object]]:
     """(seconds per call, spec) of each of ``specs`` (KernelSpecs or MtsmSpecs) and of
     ``incumbent``, dispatch's choice before this run where it is a kernel the
     search does not offer (so a new entry beats it in the same run rather than a
     lucky figure of another day); then ``refine`` rounds of local search time the
     untried ``neighbours_of(spec)`` of the fastest so far, stopping early once a
-    round finds nothing faster."""
-    timings = []
+    round finds nothing faster. A kernel whose result on the first operand set is not
+    XLA's (``agrees_with_xla``) is left out."""
+    timings, wrong = [], []
+    want = jax.jit(xla)(*sets[0])
 
     def time_all(trial: list) -> None:
         _kernels.precompile(trial, arch)
         for spec in trial:
             with _dispatch.forced(spec):  # each timing traces a fresh jitted loop
+                if not agrees_with_xla(ours, sets[0], want):
+                    wrong.append(spec)
+                    print(f"    wrong result, left out: {spec.config}{note(spec)}", flush=True)
+                    continue
                 timings.append((bench.seconds_per_call(ours, sets, roof), spec))
             label = note(spec) + ("  (dispatch's choice before this run)" if spec == incumbent else "")
             print(f"    {timings[-1][0] * 1e3:8.3f} ms ({100 * roof / timings[-1][0]:5.1f}%)  {spec.config}{label}",
                   flush=True)
 
     time_all(specs + ([incumbent] if incumbent is not None and incumbent not in specs else []))
-    for _ in range(refine):
+    for _ in range(refine if timings else 0):
         best_s, best = min(timings, key=lambda t: t[0])
-        tried = {spec for _, spec in timings}
+        tried = {spec for _, spec in timings} | set(wrong)
         fresh = [spec for spec in neighbours_of(best) if spec not in tried]
         if not fresh:
             break
@@ -156,14 +178,15 @@ def time_candidates(specs: list, incumbent, ours, sets: list[tuple], roof: float
 
 
 def _entry(k_range: int, k_min: int, k: int, timings: list, xla_s: float, roof: float) -> dict:
-    """A database entry of range ``k_range``: the fastest of ``timings``, or XLA (config None) where it was faster."""
-    best_s, best = min(timings, key=lambda t: t[0])
+    """A database entry of range ``k_range``: the fastest of ``timings``, or XLA (config None) where it was
+    faster or no candidate gave the right result (no timings)."""
+    best_s, best = min(timings, key=lambda t: t[0], default=(math.inf, None))
     print(f"  K>={k_min:<8} K={k:<10} best {best_s * 1e3:8.3f} ms ({100 * roof / best_s:5.1f}%)  "
           f"xla {xla_s * 1e3:8.3f} ms ({100 * roof / xla_s:5.1f}%)", flush=True)
     return {
         "k_range": k_range, "k_min": k_min, "k_tuned": k,
         "config": dataclasses.asdict(best.config) if best_s < xla_s else None,
-        "tsmm_s": best_s, "tsmm_pct": 100 * roof / best_s,
+        **({"tsmm_s": best_s, "tsmm_pct": 100 * roof / best_s} if timings else {}),
         "xla_s": xla_s, "xla_pct": 100 * roof / xla_s,
         "candidates": len(timings), "loop_seconds": bench.LOOP_SECONDS,
     }
@@ -271,9 +294,9 @@ def tune_problem(problem: Problem, ceilings: dict, limit: int, arch: str, ranges
         roof = bench.roofline_seconds(problem.op, dtype, problem.m, problem.n, k, ceilings)
         xla_s = bench.seconds_per_call(xla, sets, roof)
         extra, incumbent, origins = opening_specs(problem, specs, k, index, arch, device)
-        timings = time_candidates(specs + extra, incumbent, ours, sets, roof, arch, refine, neighbours_of, note)
+        timings = time_candidates(specs + extra, incumbent, ours, xla, sets, roof, arch, refine, neighbours_of, note)
         entry = _entry(index, range_min if k_sample else largest_range_min(k), k, timings, xla_s, roof)
-        best = min(timings, key=lambda t: t[0])[1]
+        best = min(timings, key=lambda t: t[0], default=(None, None))[1]
         if entry["config"] is not None and _dispatch.is_real_view(best, problem.dtype):
             entry["real_view"] = True  # config is the real problem's
         entries.append(entry)
@@ -317,7 +340,7 @@ def tune_mtsm_problem(problem: MtsmProblem, ceilings: dict, limit: int, arch: st
         roof = bench.mtsm_roofline_seconds(problem.dtype, size, problem.n, size, ceilings)
         xla_s = bench.seconds_per_call(xla, sets, roof)
         extra, incumbent = mtsm_opening_specs(problem, specs, size, arch, device)
-        timings = time_candidates(specs + extra, incumbent, ours, sets, roof, arch, refine, neighbours_of)
+        timings = time_candidates(specs + extra, incumbent, ours, xla, sets, roof, arch, refine, neighbours_of)
         entries.append(_entry(index, range_min, size, timings, xla_s, roof))
         on_entry(entries[-1])
         del sets

@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import json
 
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -410,3 +411,41 @@ def test_xla_wins_at_power_of_two_k_are_recorded_on_the_serving_entries(tmp_path
 
 def test_shapes_take_widths_and_pairs():
     assert tune.parse_shapes("1-3,13x48,64x8") == [(1, 1), (2, 2), (3, 3), (13, 48), (64, 8)]
+
+
+def test_a_result_other_than_xlas_is_told_apart_from_rounding():
+    """``agrees_with_xla`` accepts the same product summed in another order (rounding)
+    and rejects a wrong entry, a block stored transposed, and a NaN."""
+    rng = np.random.default_rng()
+    a, b = (jnp.asarray(rng.standard_normal((4099, 16)), jnp.float32) for _ in range(2))
+    ours, xla = tune.bench.operations("atb")
+    want = xla(a, b)
+    assert tune.agrees_with_xla(ours, (a, b), want)
+    assert tune.agrees_with_xla(lambda x, y: (x[:2000].T @ y[:2000]) + (x[2000:].T @ y[2000:]), (a, b), want)
+    for wrong in (lambda r: r.at[3, 5].add(r[3, 5] * 20 + 100), lambda r: r.at[:8, 8:].set(r[8:, :8].T),
+                  lambda r: r.at[0, 0].set(jnp.nan)):
+        assert not tune.agrees_with_xla(lambda x, y: wrong(xla(x, y)), (a, b), want)
+
+
+@pytest.mark.nvcc
+def test_a_kernel_with_a_wrong_result_is_left_out(monkeypatch):
+    """A candidate whose result is not XLA's is never timed, nor its neighbours
+    searched; with none left, XLA's dot serves the range."""
+    monkeypatch.setattr(tune, "K_RANGES", ((0, 300),))
+    problem = Problem("atb", "float64", 5, 5)
+    timed = []
+    monkeypatch.setattr(tune.bench, "seconds_per_call",
+                        lambda op, sets, roof: timed.append(_dispatch._forced[-1] if _dispatch._forced else None)
+                        or (1.0 if _dispatch._forced else 2.0))
+    wrong = set()
+    monkeypatch.setattr(tune, "agrees_with_xla", lambda *_: _dispatch._forced[-1] not in wrong)
+    (entry,) = tune.tune_problem(problem, CEILINGS, limit=3, arch="sm_90", refine=1)
+    first = [spec for spec in timed if spec is not None]
+    assert entry["config"] is not None and len(first) >= 3
+    wrong.update(first[:2])
+    timed.clear()
+    (entry,) = tune.tune_problem(problem, CEILINGS, limit=3, arch="sm_90", refine=1)
+    assert wrong.isdisjoint(timed) and entry["config"] is not None
+    monkeypatch.setattr(tune, "agrees_with_xla", lambda *_: False)
+    (entry,) = tune.tune_problem(problem, CEILINGS, limit=3, arch="sm_90", refine=1)
+    assert entry["config"] is None and entry["candidates"] == 0 and "tsmm_s" not in entry
