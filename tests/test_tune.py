@@ -429,8 +429,8 @@ def test_a_result_other_than_xlas_is_told_apart_from_rounding():
 
 @pytest.mark.nvcc
 def test_a_kernel_with_a_wrong_result_is_left_out(monkeypatch):
-    """A candidate whose result is not XLA's is never timed, nor its neighbours
-    searched; with none left, XLA's dot serves the range."""
+    """A candidate whose result is not XLA's is never timed; with none left, XLA's dot
+    serves the range."""
     monkeypatch.setattr(tune, "K_RANGES", ((0, 300),))
     problem = Problem("atb", "float64", 5, 5)
     timed = []
