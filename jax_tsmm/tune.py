@@ -64,7 +64,7 @@ import numpy as np
 
 from jax_tsmm import _cuda, _dispatch, _kernels, _mtsm, bench
 from jax_tsmm.codegen import Config, KernelSpec, MtsmProblem, MtsmSpec, Problem
-from jax_tsmm.codegen.search import candidates, is_valid, mtsm_candidates, mtsm_neighbours, neighbours
+from jax_tsmm.codegen.search import candidates, is_valid, mtsm_candidates, mtsm_neighbours, neighbours, occupancy_ok
 
 # K ranges as (k_min, K timed); None times the benchmark's size (1 GiB matrices).
 K_RANGES = ((0, 1 << 16), (1 << 18, 1 << 20), (1 << 22, None))
@@ -227,11 +227,14 @@ def _fitted(spec: KernelSpec) -> KernelSpec | None:
     """``spec``, or where it is invalid, the same kernel with its edges on the FMA
     units where that is valid (a narrower width's tensor-core atb tile then covers
     the wider problem's whole blocks: complex64 atb 40's 3xTF32 5×5 tile, 104 % of
-    roofline on an H100, needs more registers than an SM has at 41 without), or None."""
+    roofline on an H100, needs more registers than an SM has at 41 without), or None.
+    Valid includes its blocks per SM fitting: a wider problem has more warps a block
+    (float64 atb 30's 2×4 DMMA tile at two blocks per SM leaves 56 registers a thread
+    at 33, and ptxas refuses m16n8k4 there)."""
     c = spec.config
     edged = ([KernelSpec(spec.problem, dataclasses.replace(c, fma_edges=True))]
              if spec.problem.op == "atb" and c.mma and not c.fma_edges else [])
-    return next((candidate for candidate in [spec, *edged] if is_valid(candidate)), None)
+    return next((candidate for candidate in [spec, *edged] if is_valid(candidate) and occupancy_ok(candidate)), None)
 
 
 def opening_specs(problem: Problem, specs: list[KernelSpec], k: int, range_idx: int, arch: str,

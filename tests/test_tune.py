@@ -15,6 +15,7 @@ from jax_tsmm import _dispatch, tune
 from jax_tsmm.codegen import (Config, InvalidSpec, KernelSpec, MtsmConfig, MtsmProblem, MtsmSpec, Problem,
                               default_config, validate)
 from jax_tsmm.codegen.mtsm import validate as mtsm_validate
+from jax_tsmm.codegen.search import is_valid, occupancy_ok
 
 CEILINGS = {
     "read_bytes_per_s": 1e10,
@@ -173,7 +174,7 @@ def test_winners_at_nearby_widths_compete(monkeypatch):
                 "tsmm_pct": pct, **fields}
 
     base = default_config(problem)
-    fastest, nearest, third = (dataclasses.replace(base, unroll=u, stages=s) for u, s in ((3, 4), (1, 2), (3, 2)))
+    fastest, nearest, third = (dataclasses.replace(base, unroll=u, stages=s) for u, s in ((3, 3), (1, 2), (3, 2)))
     invalid = dataclasses.replace(base, rows_per_stage=base.rows_per_stage + 1)
     with pytest.raises(InvalidSpec):
         validate(KernelSpec(problem, invalid))
@@ -203,6 +204,13 @@ def test_winners_at_nearby_widths_compete(monkeypatch):
     edged = dataclasses.replace(tile, fma_edges=True)
     assert tune.nearby_winners(wider, 0, {"atb:float32:80x80": [won(0, tile)]}) == {KernelSpec(wider, edged): "80x80"}
     assert tune.nearby_winners(Problem("atb", "float32", 84, 84), 0, {"atb:float32:80x80": [won(0, tile)]}) == {}
+    # So does one whose blocks would no longer fit as many times an SM at the wider width
+    crowded = Config(tile_m=2, tile_n=4, mapping="blocked", row_groups=3, rows_per_stage=48, stages=3, unroll=2,
+                     c_source="shared", padded=False, mma=True, stage_copy="vector", blocks_per_sm=2)
+    wider = Problem("atb", "float64", 33, 33)
+    assert is_valid(KernelSpec(wider, crowded)) and not occupancy_ok(KernelSpec(wider, crowded))
+    edged = dataclasses.replace(crowded, fma_edges=True)
+    assert tune.nearby_winners(wider, 0, {"atb:float64:30x30": [won(0, crowded)]}) == {KernelSpec(wider, edged): "30x30"}
     monkeypatch.setattr(_dispatch, "database", lambda arch, device="": entries)
     assert {fastest, nearest}.isdisjoint(tune.candidates(problem, 2, "sm_90"))
     (entry, _) = tune.tune_problem(problem, CEILINGS, limit=2, arch="sm_90")
