@@ -40,6 +40,7 @@ REAL_VIEW_MAX_FLOAT32_ATB_ENTRIES = 64 * 64  # of a complex64 real view's result
 REAL_COMPONENT = {"complex64": "float32", "complex128": "float64"}
 SMALL_K = 1 << 17  # below it, where nothing was tuned that small, XLA serves (see tuned)
 SMALL_K_TIMED = 1 << 16
+SMALL_K_XLA_ALIGNED = 1 << 10  # below SMALL_K, atb's XLA serves at multiples of it too (see tuned)
 SMALL_K_XLA_DTYPES = ("float32", "float64")  # complex not measured there (XLA's Aᵀ B: 15 % at 1 GiB)
 NEAREST_KERNEL_REACH = 4  # how far (a ratio of K) a kernel entry serves where an atb XLA entry does not hold
 TUNING_DIR = pathlib.Path(__file__).parent / "tuning"
@@ -144,7 +145,10 @@ def tuned(key: str, k: int, arch: str, device: str = "") -> dict | None:
     entry timed at K = SMALL_K_TIMED had chosen it: on an H200 (2026-11-23) the
     float32 kernels tuned at gigabyte sizes took 0.75-0.95x XLA's speed at K = 2^16
     for 10 of 12 problems (1.1-1.8x at 2^20), and on an H100 XLA won every
-    float64 atb tuned at 2^16.
+    float64 atb tuned at 2^16. For atb that entry counts as XLA measured faster at
+    multiples of SMALL_K_XLA_ALIGNED as well: on an H200 (2026-11-26) the model's
+    float32 8 x 8 Aᵀ B took 0.21-0.37x XLA's speed at K = 2^10, 2^12 and 2^14 (its
+    two launches cost 15 µs, XLA's dot 3-6 µs).
 
     XLA's Aᵀ B is fast only at some K: on an H100 (2026-11-22) at K = 2^16, 2^20
     and 2^22 it reached 60-95 % of roofline, at K = 65537, 99991, 1048573, 1500007
@@ -167,7 +171,7 @@ def tuned(key: str, k: int, arch: str, device: str = "") -> dict | None:
             chosen = entry
     op, dtype, _ = key.split(":")
     if k < SMALL_K and chosen["k_min"] > k and op in ("atb", "ab") and dtype in SMALL_K_XLA_DTYPES:
-        chosen = {"k_min": 0, "k_tuned": SMALL_K_TIMED, "config": None}
+        chosen = {"k_min": 0, "k_tuned": SMALL_K_TIMED, "config": None, "xla_faster_at": SMALL_K_XLA_ALIGNED}
     if op == "atb":
         if chosen["config"] is None and not _xla_measured_faster(chosen, k):
             chosen = _nearest_kernel_entry(entries, k)

@@ -243,8 +243,8 @@ def test_where_an_atb_xla_entry_does_not_hold_the_kernel_timed_nearest_serves(mo
 
 def test_small_k_goes_to_xla_where_nothing_was_tuned_that_small(monkeypatch):
     """Below SMALL_K, real atb and ab whose entries start higher use XLA's dot (atb
-    at multiples of 2^16 only, as if tuned there); complex problems, and K at or
-    above the entries' ranges, keep the kernels."""
+    at multiples of 2^10 only, where XLA's measured fast); complex problems, and K
+    at or above the entries' ranges, keep the kernels."""
     from jax_tsmm import _dispatch
     from jax_tsmm.codegen import Problem, default_config
 
@@ -260,7 +260,9 @@ def test_small_k_goes_to_xla_where_nothing_was_tuned_that_small(monkeypatch):
 
     assert not lowered(jax_tsmm.atb, jnp.float32, 1 << 16) and not lowered(jax_tsmm.ab, jnp.float32, 1 << 16)
     assert not lowered(jax_tsmm.ab, jnp.float32, 1000)
+    assert not lowered(jax_tsmm.atb, jnp.float32, 1 << 12) and not lowered(jax_tsmm.atb, jnp.float32, 3 << 10)
     assert lowered(jax_tsmm.atb, jnp.float32, 65537)  # XLA's Aᵀ B is slow at odd K
+    assert lowered(jax_tsmm.atb, jnp.float32, 4099)
     assert lowered(jax_tsmm.atb, jnp.float32, 1 << 17) and lowered(jax_tsmm.ab, jnp.float32, 1 << 17)
     assert lowered(jax_tsmm.atb, jnp.complex64, 1 << 16) and lowered(jax_tsmm.ab, jnp.complex64, 1 << 16)
 
