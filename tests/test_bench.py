@@ -39,6 +39,24 @@ def test_markdown_names_the_kernel_of_each_row():
         assert line.split(" | ")[5] == label
 
 
+def test_summary_states_the_targets_per_shape_set():
+    """The summary keeps M = N apart from the pairs (issue 4 states its speedup over
+    M = N alone) and counts the rows at 90 % and 85 % of roofline."""
+    def row(m, n, pct, speedup):
+        return {**_row(None), "op": "atb", "dtype": "float64", "M": m, "N": n, "tsmm_pct": pct,
+                "xla_pct": pct / speedup, "speedup": speedup}
+
+    rows = [row(3, 3, 95.0, 4.0), row(5, 5, 88.0, 1.0), row(7, 7, 80.0, 2.0), row(1, 8, 99.0, 0.97)]
+    lines = bench.summary(rows).splitlines()
+    assert ">=90%" in lines[0] and len(lines) == 3
+    square, pairs = (line.split() for line in lines[1:])  # sorted: "M = N" before "pairs"
+    assert square[2:5] == ["M", "=", "N"] and pairs[2] == "pairs"
+    shapes, low, geomean, at_90, at_85, _, speedup, least = square[5:]
+    assert (shapes, low, at_90, at_85, speedup, least) == ("3", "80.0", "1", "2", "2.00", "1.00")
+    assert float(geomean) == round((95.0 * 88.0 * 80.0) ** (1 / 3), 1)
+    assert pairs[3:5] == ["1", "99.0"] and pairs[-1] == "0.97"
+
+
 def test_timed_loops_last_loop_seconds(monkeypatch):
     """Each timed loop makes enough trips to last LOOP_SECONDS at the expected time
     per call (longer loops time the clock a power cap settles at)."""
