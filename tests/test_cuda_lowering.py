@@ -243,7 +243,7 @@ def test_where_an_atb_xla_entry_does_not_hold_the_kernel_timed_nearest_serves(mo
 
 def test_small_k_goes_to_xla_where_nothing_was_tuned_that_small(monkeypatch):
     """Below SMALL_K, real atb and ab whose entries start higher use XLA's dot (atb
-    at multiples of 2^10 only, where XLA's measured fast); complex problems, and K
+    at multiples of 2^10 only, where XLA measured fast); complex problems, and K
     at or above the entries' ranges, keep the kernels."""
     from jax_tsmm import _dispatch
     from jax_tsmm.codegen import Problem, default_config
