@@ -396,14 +396,14 @@ class _Arith:
         ]
 
 
-def dmma_products(tm: int, tn: int, acc, a, b, lone_transposed=False) -> list[str]:
+def dmma_products(tm: int, tn: int, acc, a, b, lone_transposed=False, spare="spare") -> list[str]:
     """The DMMA steps of a tm x tn tile of 8x8 blocks; ``acc(i, j)`` names block
     (i, j)'s accumulator pair (suffixes _0, _1), ``a(i)`` and ``b(j)`` its
     fragments. Blocks i and i+1 share B, so each such pair is one m16n8k4. A lone
     last block of M is one m8n8k4 per block, or with ``lone_transposed``
     (Config.lone_transposed) computed transposed: B's blocks j and j+1 as the
     m16n8k4's 16 rows against its fragment as the 8 columns, a zero partner
-    (into ``spare``) at an odd last j; its sums then hold [2*(lane%4) + h][lane/4]
+    (into the pair ``spare``) at an odd last j; its sums then hold [2*(lane%4) + h][lane/4]
     of each block."""
     lines = []
     for i in range(0, tm - tm % 2, 2):
@@ -415,7 +415,7 @@ def dmma_products(tm: int, tn: int, acc, a, b, lone_transposed=False) -> list[st
     elif tm % 2:
         for j in range(0, tn, 2):
             low, b_low = ((f"{acc(tm - 1, j + 1)}_0", f"{acc(tm - 1, j + 1)}_1"), b(j + 1)) if j + 1 < tn else \
-                (("spare_0", "spare_1"), "0.0")
+                ((f"{spare}_0", f"{spare}_1"), "0.0")
             lines.append(f"tsmm_dmma16({acc(tm - 1, j)}_0, {acc(tm - 1, j)}_1, {low[0]}, {low[1]}, "
                          f"{b(j)}, {b_low}, {a(tm - 1)});")
     return lines
@@ -775,7 +775,8 @@ def _atb_mma_body(spec: KernelSpec, ar: _Arith) -> tuple[list[str], list[tuple[s
     that turn compute-bound on them; for float32 (widened to double) the FMA
     units' rate with a fraction of their instructions and shared loads. 3xTF32
     (Config.tf32x3, float32) consumes 8 rows per k-step, two DMMA k-steps' rows
-    side by side, with no widening."""
+    side by side, with no widening. Gauss (Config.gauss, complex128) takes three
+    DMMA per 8x8 block of the complex result where its real view takes four."""
     p, c = spec.problem, spec.config
     e = ar.elem
     tm, tn = c.tile_m, c.tile_n
@@ -783,7 +784,10 @@ def _atb_mma_body(spec: KernelSpec, ar: _Arith) -> tuple[list[str], list[tuple[s
     warps = warps_m * warps_n
     s = spec.row_spacing
     tf32 = c.tf32x3
+    gauss = c.gauss
     halves = (0, 1) if tf32 else (0,)
+    # Gauss: real part rr ∓ ii, imaginary part mix - rr ∓ ii, A's mix re ± im (Aᵀ B, then Aᴴ B).
+    gauss_sign = "+" if p.conj else "-"
 
     def k_step(t: int) -> list[str]:
         """k-step t of a row step: in each half h, rows r + 4 s h + t + s * frag_k, one per
@@ -805,6 +809,10 @@ def _atb_mma_body(spec: KernelSpec, ar: _Arith) -> tuple[list[str], list[tuple[s
                 load = lambda operand, i, width: (  # noqa: E731
                     f"const tsmm_tf32_pair {operand}{i}{suffix} = "
                     f"tsmm_split_tf32(inside{suffix} ? s{operand}[{at(width)} + col_{operand}{i}] : 0.0f);")
+            elif gauss:
+                load = lambda operand, i, width: (  # noqa: E731
+                    f"const double2 {operand}{i} = inside ? s{operand}[{at(width)} + col_{operand}{i}] "
+                    ": make_double2(0, 0);")
             else:
                 load = lambda operand, i, width: (  # noqa: E731
                     f"const double {operand}{i} = inside ? s{operand}[{at(width)} + col_{operand}{i}] : 0.0;")
@@ -817,6 +825,17 @@ def _atb_mma_body(spec: KernelSpec, ar: _Arith) -> tuple[list[str], list[tuple[s
         if tf32:
             return lines + tf32_products(tm, tn, lambda i, j: f"part_{i}_{j}", lambda i, h: f"a{i}_{h}",
                                          lambda j, h: f"b{j}_{h}", lone_transposed=True)
+        if gauss:
+            return lines + [
+                *[f"const double a{i}_mix = a{i}.x {'-' if p.conj else '+'} a{i}.y;" for i in range(tm)],
+                *[f"const double b{j}_mix = b{j}.x + b{j}.y;" for j in range(tn)],
+                *dmma_products(tm, tn, lambda i, j: f"rr_{i}_{j}", lambda i: f"a{i}.x", lambda j: f"b{j}.x",
+                               lone_transposed=c.lone_transposed, spare="spare_rr"),
+                *dmma_products(tm, tn, lambda i, j: f"ii_{i}_{j}", lambda i: f"a{i}.y", lambda j: f"b{j}.y",
+                               lone_transposed=c.lone_transposed, spare="spare_ii"),
+                *dmma_products(tm, tn, lambda i, j: f"mix_{i}_{j}", lambda i: f"a{i}_mix", lambda j: f"b{j}_mix",
+                               lone_transposed=c.lone_transposed, spare="spare_mix"),
+            ]
         return lines + dmma_products(tm, tn, lambda i, j: f"acc_{i}_{j}", lambda i: f"a{i}", lambda j: f"b{j}",
                                      lone_transposed=c.lone_transposed)
 
@@ -880,9 +899,10 @@ def _atb_mma_body(spec: KernelSpec, ar: _Arith) -> tuple[list[str], list[tuple[s
         step_comment = (f"// {step_rows} rows: {s} m16n8k8 k-step(s) per two 8x8 blocks, each taking a DMMA"
                         f" k-step's rows in two halves {4 * s} rows apart")
     elif s > 1:
-        step_comment = f"// {step_rows} rows: {s} DMMA k-steps per 8x8 block, each taking 4 rows {s} apart"
+        per_block = "three DMMA k-steps (Gauss)" if gauss else "DMMA k-steps"
+        step_comment = f"// {step_rows} rows: {s} {per_block} per 8x8 block, each taking 4 rows {s} apart"
     else:
-        step_comment = "// Four rows: one DMMA per 8x8 block"
+        step_comment = "// Four rows: " + ("three DMMA per 8x8 block (Gauss)" if gauss else "one DMMA per 8x8 block")
     if s > 1:
         step_comment += " (bank-conflict-free unpadded rows" + (
             "" if not padded_groups else f", in groups of {s} padded to {' and '.join(padded_groups)} elements") + ")"
@@ -910,13 +930,19 @@ def _atb_mma_body(spec: KernelSpec, ar: _Arith) -> tuple[list[str], list[tuple[s
               "// m16n8k4's 16 rows against its 8 columns, where an m8n8k4 per block would issue",
               "// half-empty (Hopper runs m8n8k4 at half m16n8k4's rate); its sums hold",
               "// [2*(lane%4) + h][lane/4] of each block."] if c.lone_transposed else [])]),
+        *(["// Gauss's 3M: per 8x8 block of the complex result three real sums, rr = Re(a)ᵀ Re(b),",
+           f"// ii = Im(a)ᵀ Im(b) and mix = (Re a {'-' if p.conj else '+'} Im a)ᵀ (Re b + Im b), combined once at the end:",
+           "// three DMMA where the real view takes four, the complex elements read as one",
+           "// 16-byte load per fragment element."] if gauss else []),
         "// Columns past M or N are clamped for reading; their results are never stored.",
         "const int frag_k = lane % 4;",
         *[f"const int col_a{i} = min((warp_m * {tm} + {i}) * 8 + lane / 4, {p.m - 1});" for i in range(tm)],
         *[f"const int col_b{j} = min((warp_n * {tn} + {j}) * 8 + lane / 4, {p.n - 1});" for j in range(tn)],
         "",
-        *[f"{acc_type} acc_{i}_{j}_{h} = 0;" for i in range(tm) for j in range(tn) for h in range(2)],
-        *(["double spare_0 = 0, spare_1 = 0;  // the lone block's zero partner"]
+        *[f"{acc_type} {sums}_{i}_{j}_{h} = 0;" for sums in (("rr", "ii", "mix") if gauss else ("acc",))
+          for i in range(tm) for j in range(tn) for h in range(2)],
+        *([f"double {spare}_0 = 0, {spare}_1 = 0;  // the lone block's zero partner"
+           for spare in (("spare_rr", "spare_ii", "spare_mix") if gauss else ("spare",))]
           if c.lone_transposed and tn % 2 else []),
         *sums,
         *edge_places,
@@ -937,6 +963,11 @@ def _atb_mma_body(spec: KernelSpec, ar: _Arith) -> tuple[list[str], list[tuple[s
     else:
         body += _pipeline(spec, issue, consume)
     body += edge_quad_sums
+    if gauss:
+        body += ["// Gauss's combination of each lane's entries into the complex result."] + [
+            f"double2 acc_{i}_{j}_{h} = make_double2(rr_{i}_{j}_{h} {gauss_sign} ii_{i}_{j}_{h}, "
+            f"mix_{i}_{j}_{h} - rr_{i}_{j}_{h} {gauss_sign} ii_{i}_{j}_{h});"
+            for i in range(tm) for j in range(tn) for h in range(2)]
     outputs = []
     for i in range(tm):
         lone = (tf32 or c.lone_transposed) and i == tm - 1 and tm % 2  # transposed (tf32_products, dmma_products)

@@ -11,10 +11,11 @@ import math
 from . import mtsm
 from .model import _split, default_config, registers_fit, wgmma_config
 from .mtsm import MtsmConfig, MtsmProblem, MtsmSpec
-from .spec import (FLAT_MAX_M, MAX_THREADS, MMA_DTYPES, VECTOR_BYTES, Config, InvalidSpec, KernelSpec, Problem,
+from .spec import (FLAT_MAX_M, MAX_REGISTERS, MAX_THREADS, MMA_DTYPES, VECTOR_BYTES, Config, InvalidSpec, KernelSpec, Problem,
                    has_bulk_copies, has_wgmma, validate)
 
 SM_REGISTERS = 65536
+SM_PARTITIONS = 4
 SM_SHARED_BYTES = 228 * 1024
 SM_THREADS = 2048
 STAGE_BYTES = (8 * 1024, 16 * 1024, 32 * 1024)
@@ -50,6 +51,15 @@ FLAT_WAVES = (8, 1, 64)
 def _tile_widths(extent: int, widest: int = 8) -> list[int]:
     """Even splits of ``extent`` into tiles of 1..``widest``."""
     return sorted({_split(extent, w) for w in range(1, widest + 1)})
+
+
+def launch_bound_registers(threads: int, blocks_per_sm: int) -> int:
+    """Registers per thread that nvcc allows under __launch_bounds__(threads, blocks_per_sm):
+    each of an SM's SM_PARTITIONS schedulers holds its share of the registers for its
+    share of the warps, rounded up (nvcc 13.0: 96 at one block of 544 threads, 17 warps;
+    168 at 288 threads; 128 at 512)."""
+    warps = math.ceil(blocks_per_sm * math.ceil(threads / 32) / SM_PARTITIONS)
+    return min(MAX_REGISTERS, SM_REGISTERS // SM_PARTITIONS // (32 * warps) // 8 * 8)
 
 
 def occupancy_ok(spec: KernelSpec) -> bool:
@@ -88,7 +98,8 @@ def _stage_outs(problem: Problem) -> tuple[bool, ...]:
 
 def _mma_candidates(problem: Problem, arch: str) -> dict[Config, float]:
     """Tensor-core configurations, scored like the rest with the tensor cores' rate
-    counted as twice the reuse: DMMA (float64, float32) and, for float32, 3xTF32
+    counted as twice the reuse: DMMA (float64, float32; complex128 atb by Gauss's
+    three products, Config.gauss) and, for float32, 3xTF32
     ahead of DMMA (which spends as much pipe time widening floats as on its
     products); DMMA atb tiles with a lone block of M also with it transposed
     (Config.lone_transposed), ranked up by the tensor steps it saves; also with bulk
@@ -100,12 +111,14 @@ def _mma_candidates(problem: Problem, arch: str) -> dict[Config, float]:
     atb = problem.op == "atb"
     bulk = has_bulk_copies(arch)
     tf32_options = (False, True) if problem.dtype == "float32" else (False,)
-    probe = KernelSpec(problem, Config(tile_m=1, tile_n=1, mma=True, rows_per_stage=8, row_groups=1, c_source="global"))
+    gauss = problem.dtype == "complex128"
+    probe = KernelSpec(problem, Config(tile_m=1, tile_n=1, mma=True, gauss=gauss, rows_per_stage=8, row_groups=1,
+                                       c_source="global"))
     row_bytes = (probe.smem_stride(problem.m) + (probe.smem_stride(problem.n) if atb else 0)) * problem.element_bytes
     out_row_bytes = problem.n * problem.element_bytes
     stage_sizes = STAGE_BYTES + ((ONE_BLOCK_STAGE_BYTES,) if atb and bulk else ())
-    edge_options = (False, True) if atb and min(problem.m, problem.n) >= 8 and (problem.m % 8 or problem.n % 8) \
-        else (False,)
+    edge_options = (False, True) if atb and not gauss and min(problem.m, problem.n) >= 8 \
+        and (problem.m % 8 or problem.n % 8) else (False,)
     for tile_m, tile_n, row_groups, stage_bytes, stages, blocks, stage_out, stage_copy, tf32x3, fma_edges in \
         itertools.product(TILE_SIDES, TILE_SIDES, (1, 2, 3, 4, 8), stage_sizes, (2, 3, 4, 6), (1, 2, 3),
                           _stage_outs(problem), ("vector", "bulk") if bulk else ("vector",), tf32_options, edge_options):
@@ -116,20 +129,22 @@ def _mma_candidates(problem: Problem, arch: str) -> dict[Config, float]:
             continue
         if tile_m * tile_n > (LARGE_TILE_BLOCKS if tf32x3 and one_block else TILE_BLOCKS):
             continue
-        per_pass = KernelSpec(problem, Config(row_groups=row_groups, mma=True, tf32x3=tf32x3,
+        per_pass = KernelSpec(problem, Config(row_groups=row_groups, mma=True, tf32x3=tf32x3, gauss=gauss,
                                               stage_copy=stage_copy)).rows_per_pass if atb else 8 * tile_m * row_groups
         rows = max(per_pass, stage_bytes // (row_bytes + stage_out * out_row_bytes) // per_pass * per_pass)
         config = Config(tile_m=tile_m, tile_n=tile_n, mapping="blocked", row_groups=row_groups,
                         rows_per_stage=rows, stages=stages, unroll=2 if atb else 1, mma=True, tf32x3=tf32x3,
-                        c_source="shared" if atb else "global", stage_out=stage_out, stage_copy=stage_copy,
+                        gauss=gauss, c_source="shared" if atb else "global", stage_out=stage_out, stage_copy=stage_copy,
                         fma_edges=fma_edges, blocks_per_sm=blocks)
         spec = KernelSpec(problem, config)
+        if gauss and spec.estimated_registers() > launch_bound_registers(spec.threads, blocks):
+            continue  # Gauss's estimate follows nvcc's count (spec.estimated_registers): over the bound, it spills
         if _usable(spec, valid, (tile_m, tile_n, row_groups, rows, stages, stage_out, stage_copy, tf32x3, fma_edges)):
             # Bulk copies first: on an H200 they beat vector copies of the same tile at
             # float64 atb 33..64 (2026-11-23: 83-92 % against 66-76 % of the read roofline)
             # and at most widths of ab from 18 (85-92 % against 74-89 % of the copy roofline).
             found[config] = (2 * score(spec) * (1.25 if stage_copy == "bulk" else 1) * (1.5 if tf32x3 else 1)
-                             * (ONE_BLOCK_BONUS if one_block else 1))
+                             * (ONE_BLOCK_BONUS if one_block else 1) * (_tensor_use(spec) if gauss else 1))
             if stage_copy == "bulk" and not atb:
                 found[dataclasses.replace(config, waves=WAVES)] = found[config]
             if atb and not tf32x3 and tile_m % 2:  # its lone block transposed: fewer tensor steps
@@ -139,6 +154,17 @@ def _mma_candidates(problem: Problem, arch: str) -> dict[Config, float]:
     if problem.dtype == "float32" and not atb and not problem.update and has_wgmma(arch):
         found.update(_wgmma_candidates(problem))
     return found
+
+
+def _tensor_use(spec: KernelSpec) -> float:
+    """The share of an atb DMMA kernel's tensor time that computes result blocks:
+    pairs of blocks per m16n8k4 over what its warps issue (padded warp tiles, lone
+    blocks). Gauss (Config.gauss) exists to save tensor time, so its candidates
+    rank by it: at complex128 atb 57 (8x8 blocks) 2x4 tiles issue 96 steps, 3x4
+    tiles 144 (108 with the lone block transposed)."""
+    c = spec.config
+    useful = spec.mma_blocks(spec.problem.m) * spec.mma_blocks(spec.problem.n) / 2
+    return useful / (spec.tiles_m * spec.tiles_n * _dmma_steps(c.tile_m, c.tile_n, c.lone_transposed))
 
 
 def _dmma_steps(tile_m: int, tile_n: int, lone_transposed: bool = False) -> int:
@@ -241,7 +267,7 @@ def candidates(problem: Problem, limit: int = 16, arch: str = "sm_90") -> list[C
             spec = KernelSpec(problem, config)
             if _usable(spec, valid, (rows, stages, mapping, unroll, padded, stage_out)):
                 found[config] = score(spec)
-    if problem.dtype in MMA_DTYPES:
+    if problem.dtype in MMA_DTYPES or (problem.op, problem.dtype) == ("atb", "complex128"):  # (Config.gauss)
         found.update(_mma_candidates(problem, arch))
     # Best first, but one per tile/thread/stage shape before any second variant of
     # a shape (unroll, mapping and blocks per SM matter less than those).

@@ -189,6 +189,20 @@ class Config:
                      H200), so a lone block costs a pair's tensor time: 5x3
                      tiles issue 8 steps instead of 9. 3xTF32 atb always runs its
                      lone block so (tf32_products).
+    gauss            complex128 atb with mma only: Gauss's three real products
+                     (3M) on DMMA instead of the real view's four. Per 8x8 block
+                     of the complex result, P1 = Re(a)ᵀ Re(b), P2 = Im(a)ᵀ Im(b)
+                     and P3 = (Re a ± Im a)ᵀ (Re b + Im b) (minus for conj);
+                     then Aᵀ B = P1 - P2 + i (P3 - P1 - P2) and Aᴴ B = P1 + P2
+                     + i (P3 - P1 + P2). Three DMMA per block where the real
+                     view takes four, and M and N pad to blocks of 8 where the
+                     real view pads 2M and 2N: the lever for the widths that
+                     run out of DP tensor time (about 49 and up on an H100).
+                     Staged rows stay complex (16-byte elements, one load per
+                     fragment element); the sums P3 - P1 ∓ P2 cancel, so the
+                     imaginary part's error is bounded by u times (|Re a| +
+                     |Im a|)ᵀ (|Re b| + |Im b|), at most twice the modulus
+                     bound of the four-product form.
     m_panels         atb only: the M rows of the result are split into this many
                      panels, one per blockIdx.y, when one block's registers
                      cannot hold all of them (each panel streams A and B again).
@@ -218,6 +232,7 @@ class Config:
     stage_copy: str = "vector"
     fma_edges: bool = False
     lone_transposed: bool = False
+    gauss: bool = False
     m_panels: int = 1
     blocks_per_sm: int = 2
     waves: int = 1
@@ -394,6 +409,8 @@ class KernelSpec:
             return width
         if self.config.wgmma:  # unpadded but for multiples of 8 (see wgmma_row_spacing)
             return width if width % 8 else width + 4
+        if self.config.gauss:  # a 16-byte complex element spans two doubles: dmma_stride's rule for them
+            return dmma_stride(2 * width) // 2
         if self.config.mma:
             return dmma_stride(width) if p.real_type == "double" else dmma_float_stride(width, p.op)
         return width + 1 if self.config.padded and width % 2 == 0 else width
@@ -499,6 +516,10 @@ class KernelSpec:
             # (nvcc 13.0 used 96..235 registers at M = N = 9..64, one group)
             steps = max(len(group) for group in self.wgmma_groups)
             return self.wgmma_n + WGMMA_STEP_REGISTERS * steps + WGMMA_FIXED_REGISTERS
+        if c.gauss:  # three real sums per DMMA block (2 per lane each); fragments: re, im and the mix
+            # (nvcc 13.0 used 94, 128 and 167 registers for tiles of 1x2, 2x2 and 4x2 blocks)
+            spares = 3 * 2 * 2 if c.lone_transposed and c.tile_n % 2 else 0  # the lone block's zero partners
+            return c.tile_m * c.tile_n * 3 * 2 * 2 + (c.tile_m + c.tile_n) * 3 * 2 + spares + 56
         outputs = c.tile_m * c.tile_n * (2 if c.mma else 1)  # a DMMA block: 2 per lane
         outputs += 2 if c.lone_transposed and c.tile_n % 2 else 0  # the lone block's zero partner
         if c.fma_edges:  # a slot's sums and, per row, its loads
@@ -531,7 +552,8 @@ def dmma_stride(width: int) -> int:
 
 def bulk_layout(m: int, n: int, element_bytes: int = 8) -> tuple[int, int, int]:
     """(row spacing s, group stride of A, group stride of B) for bulk-staged DMMA rows
-    of doubles or floats. A DMMA step takes rows r, r+s, r+2s, r+3s (the sum over
+    of doubles or floats (or 16-byte complex elements, Config.gauss: a quarter warp's
+    8 loads of 4 rows x 2 columns then take 8 distinct groups of 4 banks). A DMMA step takes rows r, r+s, r+2s, r+3s (the sum over
     rows does not care which). Staged rows lie in groups of s, each an unpadded
     span (one bulk copy; the whole chunk is one span where the groups need no
     padding between them), so a fragment's 4 rows x 8 columns sit a group stride
@@ -607,7 +629,7 @@ def _round_up(x: int, y: int) -> int:
 
 def _bulk_fits(spec: KernelSpec) -> bool:
     p, c = spec.problem, spec.config
-    if not (c.mma and p.dtype in MMA_DTYPES):
+    if not (c.mma and (p.dtype in MMA_DTYPES or c.gauss)):
         return False
     if p.op == "atb":
         return True
@@ -675,10 +697,13 @@ def validate(spec: KernelSpec) -> None:
     if c.lone_transposed and not (p.op == "atb" and c.mma and not c.tf32x3 and c.tile_m % 2):
         errors.append("lone_transposed serves DMMA atb (not 3xTF32, which always does it) with an odd tile_m")
         raise InvalidSpec("; ".join(errors), spec)
-    if c.mma and (p.dtype not in MMA_DTYPES or c.m_panels != 1
+    if c.gauss and not (p.op == "atb" and p.dtype == "complex128" and c.mma and not c.fma_edges):
+        errors.append("gauss serves complex128 atb with mma, without fma_edges")
+        raise InvalidSpec("; ".join(errors), spec)
+    if c.mma and ((p.dtype not in MMA_DTYPES and not c.gauss) or c.m_panels != 1
                   or (p.op == "ab" and c.c_source != ("shared" if c.wgmma else "global"))):
-        errors.append(f"mma (DMMA) serves {' and '.join(MMA_DTYPES)} without panels, for ab with C from global "
-                      "memory (wgmma: from shared memory)")
+        errors.append(f"mma (DMMA) serves {' and '.join(MMA_DTYPES)} (complex128 atb with gauss) without panels, "
+                      "for ab with C from global memory (wgmma: from shared memory)")
         raise InvalidSpec("; ".join(errors), spec)
     inner_m = spec.panel_m if p.op == "atb" else c.rows_per_stage
     if c.mma:

@@ -18,7 +18,7 @@ from jax_tsmm.codegen.prebuilt import prebuilt_specs
 from jax_tsmm.codegen.model import SHARED_BUDGET, registers_fit
 from jax_tsmm.codegen.emit import _vector_element, _vector_order, dmma_products, kernel_source
 from jax_tsmm.codegen.search import (LARGE_TILE_BLOCKS, ONE_BLOCK_STAGE_BYTES, _dmma_steps, _usable, candidates,
-                                     flat_candidates, neighbours, occupancy_ok)
+                                     flat_candidates, launch_bound_registers, neighbours, occupancy_ok)
 from jax_tsmm.codegen.spec import MAX_REGISTERS, WGMMA_FIXED_REGISTERS, WGMMA_STEP_REGISTERS, wgmma_fragment_vector
 
 DTYPES = ("float32", "float64", "complex64", "complex128")
@@ -88,6 +88,10 @@ def _sample_specs() -> list[KernelSpec]:
         # DMMA atb's lone block of M transposed: with a zero partner (odd tile_n, bulk), beside FMA edges
         (Problem("atb", "float64", 57, 57), Config(tile_m=3, tile_n=3, mapping="blocked", row_groups=1, rows_per_stage=48, stages=3, mma=True, stage_copy="bulk", lone_transposed=True, blocks_per_sm=1)),
         (Problem("atb", "float64", 50, 50), Config(tile_m=3, tile_n=2, mapping="blocked", row_groups=2, rows_per_stage=32, stages=3, mma=True, fma_edges=True, lone_transposed=True)),
+        # Gauss's three products for complex128 atb: vector copies, and bulk copies of rows 2 apart with Aᴴ B
+        (Problem("atb", "complex128", 53, 53), Config(tile_m=2, tile_n=2, mapping="blocked", row_groups=1, rows_per_stage=16, mma=True, gauss=True, blocks_per_sm=1)),
+        (Problem("atb", "complex128", 57, 57, conj=True), Config(tile_m=2, tile_n=4, mapping="blocked", row_groups=1, rows_per_stage=32, stages=2, mma=True, gauss=True, stage_copy="bulk", blocks_per_sm=1)),
+        (Problem("atb", "complex128", 49, 49), Config(tile_m=1, tile_n=7, mapping="blocked", row_groups=1, rows_per_stage=16, mma=True, gauss=True, lone_transposed=True, stage_copy="bulk", blocks_per_sm=1)),
     ]
     return specs + [KernelSpec(p, c) for p, c in variants]
 
@@ -215,6 +219,55 @@ def test_tensor_cores_serve_float64_and_float32():
     for dtype in ("float64", "float32"):
         assert default_config(Problem("ab", dtype, 32, 32)).mma
         assert default_config(Problem("atb", dtype, 24, 24)).mma
+
+
+@pytest.mark.parametrize("problem, change", [
+    (Problem("atb", "complex64", 40, 40), {}),
+    (Problem("ab", "complex128", 40, 40), dict(c_source="global")),
+    (Problem("atb", "complex128", 40, 40), dict(mma=False)),
+    (Problem("atb", "complex128", 42, 42), dict(fma_edges=True)),
+])
+def test_gauss_serves_complex128_atb_on_dmma_only(problem, change):
+    config = Config(tile_m=2, tile_n=2, mapping="blocked", row_groups=1, rows_per_stage=16, mma=True, gauss=True,
+                    blocks_per_sm=1)
+    validate(KernelSpec(Problem("atb", "complex128", 40, 40), config))
+    with pytest.raises(InvalidSpec, match="gauss"):
+        validate(KernelSpec(problem, dataclasses.replace(config, **change)))
+
+
+@pytest.mark.parametrize("width", range(1, 65))
+@pytest.mark.parametrize("stage_copy", ["vector", "bulk"])
+def test_gauss_fragments_take_distinct_banks(stage_copy, width):
+    """Gauss reads staged complex128 elements (16 bytes) into DMMA fragments, 4 rows x 8
+    columns a warp, served by quarter warps (8 lanes: the 4 rows x 2 columns): each
+    quarter's elements take 8 distinct groups of 4 banks, in rows padded to the
+    narrowest such stride (vector copies) or in bulk groups whose stride does it."""
+    problem = Problem("atb", "complex128", width, width)
+    blocks = -(-width // 8)
+    spec = KernelSpec(problem, Config(tile_m=min(4, blocks), tile_n=min(2, blocks), mapping="blocked", row_groups=1,
+                                      rows_per_stage=32, mma=True, gauss=True, stage_copy=stage_copy, blocks_per_sm=1))
+    validate(spec)
+    step = spec.group_stride(width) if stage_copy == "bulk" else spec.smem_stride(width)  # between fragment rows
+    assert width <= spec.smem_stride(width) <= width + 8
+    for quarter in range(4):
+        lanes = range(8 * quarter, 8 * quarter + 8)
+        assert len({(lane % 4 * step + lane // 4) % 8 for lane in lanes}) == 8
+
+
+def test_gauss_candidates_for_complex128_atb_within_their_launch_bounds():
+    """The search offers Gauss for complex128 atb alone, and only where nvcc's register
+    bound under the launch bounds holds the estimate (its per-scheduler share: 96
+    registers at 17 warps, as nvcc 13.0 allotted)."""
+    assert launch_bound_registers(544, 1) == 96 and launch_bound_registers(288, 1) == 168
+    assert launch_bound_registers(512, 1) == 128 and launch_bound_registers(128, 1) == MAX_REGISTERS
+    for width in (13, 50, 57, 64):
+        found = [c for c in candidates(Problem("atb", "complex128", width, width), 12) if c.gauss]
+        assert found, width
+        for config in found:
+            spec = KernelSpec(Problem("atb", "complex128", width, width), config)
+            assert spec.estimated_registers() <= launch_bound_registers(spec.threads, config.blocks_per_sm)
+    for problem in (Problem("ab", "complex128", 57, 57), Problem("atb", "complex64", 57, 57), Problem("atb", "float64", 57, 57)):
+        assert not any(c.gauss for c in candidates(problem, 64))
 
 
 def test_fma_edges_geometry_and_candidates():

@@ -51,12 +51,12 @@ def run(op, a, b, conj=False):
     return jax.jit(jax_tsmm.ab)(a, b)
 
 
-def check_forced(spec: KernelSpec, op, a, b) -> None:
+def check_forced(spec: KernelSpec, op, a, b, conj=False) -> None:
     """``spec`` forced on ``op(a, b)``: within the error bound, and the same bits on a second run."""
     with _dispatch.forced(spec):
-        out = run(op, a, b)
-        again = run(op, a, b)
-    assert_close(out, a, b, op=op, err_msg=spec.name)
+        out = run(op, a, b, conj)
+        again = run(op, a, b, conj)
+    assert_close(out, a, b, op=op, conj=conj, err_msg=spec.name)
     assert np.array_equal(np.asarray(out), np.asarray(again))
 
 
@@ -475,6 +475,52 @@ def test_dmma_lone_transposed_path(dtype, m, n, tile_m, tile_n, row_groups, stag
     spec = lone_spec(dtype, m, n, tile_m, tile_n, row_groups, stage_copy, fma_edges)
     a, b = operands(rng, "atb", dtype, k, m, n, (3,), (3,))
     check_forced(spec, "atb", a, b)
+
+
+GAUSS_CASES = [  # M, N, tile_m, tile_n, row_groups, stage_copy, lone_transposed: whole warp tiles of 8 and 7
+    # blocks, padded tiles, rows 1 apart (50), 2 apart (odd) and in padded groups of 8 (64, 13 x 48), several
+    # row groups (the block reduction of complex sums), a lone padded block; the lone block of M transposed
+    # against pairs of N's blocks, with a zero partner at odd tile_n (1x7 at 49, 1x3 at 13 x 48)
+    (57, 57, 4, 2, 1, "vector", False),
+    (53, 53, 2, 2, 1, "vector", False),
+    (50, 50, 3, 4, 1, "bulk", False),
+    (64, 64, 2, 4, 1, "bulk", False),
+    (13, 48, 2, 2, 3, "bulk", False),
+    (61, 40, 2, 5, 2, "vector", False),
+    (5, 3, 1, 1, 2, "vector", False),
+    (49, 49, 1, 7, 1, "bulk", True),
+    (57, 57, 3, 4, 1, "bulk", True),
+    (13, 48, 1, 3, 2, "bulk", True),
+    (61, 40, 3, 2, 1, "vector", True),
+]
+GAUSS_PARAMETERS = ("m", "n", "tile_m", "tile_n", "row_groups", "stage_copy", "lone_transposed", "conj")
+
+
+def gauss_spec(m, n, tile_m, tile_n, row_groups, stage_copy, lone_transposed, conj) -> KernelSpec:
+    """The kernel of a GAUSS_CASES row."""
+    return two_passes_a_stage(Problem("atb", "complex128", m, n, conj=conj), Config(
+        tile_m=tile_m, tile_n=tile_n, mapping="blocked", row_groups=row_groups, mma=True, gauss=True,
+        stage_copy=stage_copy, lone_transposed=lone_transposed, blocks_per_sm=1))
+
+
+@pytest.fixture(scope="module")
+def gauss_kernels_compiled(request):
+    precompile_selected(request, "test_gauss_path", GAUSS_PARAMETERS, gauss_spec)
+
+
+@pytest.mark.parametrize("conj", [False, True])
+@pytest.mark.parametrize(", ".join(GAUSS_PARAMETERS[:-1]), GAUSS_CASES)
+@pytest.mark.parametrize("k", [1, 37, 100_003, 10**6 + 7])
+def test_gauss_path(m, n, tile_m, tile_n, row_groups, stage_copy, lone_transposed, conj, k, gauss_kernels_compiled):
+    """complex128 atb by Gauss's three real products on DMMA (Config.gauss), Aᵀ B and
+    Aᴴ B: within the error bound, through many rounds of the ring with a ragged last
+    chunk, over batch items off a 16-byte boundary (the long K on one item), and
+    the same bits on every run."""
+    rng = np.random.default_rng()
+    spec = gauss_spec(m, n, tile_m, tile_n, row_groups, stage_copy, lone_transposed, conj)
+    batch = () if k > 10**6 else (3,)
+    a, b = operands(rng, "atb", "complex128", k, m, n, batch, batch)
+    check_forced(spec, "atb", a, b, conj)
 
 
 WGMMA_CASES = [  # M, N, row_groups, rows_per_stage, stage_out, stage_copy: A's rows read 4 apart (odd M),
