@@ -196,9 +196,9 @@ class Config:
                      then Aᵀ B = P1 - P2 + i (P3 - P1 - P2) and Aᴴ B = P1 + P2
                      + i (P3 - P1 + P2). Three DMMA per block where the real
                      view takes four, and M and N pad to blocks of 8 where the
-                     real view pads 2M and 2N: the lever for the widths that
-                     run out of DP tensor time (about 49 and up on an H100).
-                     Staged rows stay complex (16-byte elements, one load per
+                     real view pads 2M and 2N: 12-25 % fewer tensor steps at
+                     49..64. On an H200 (2026-11-26) it won 49..52, 54 and 56
+                     by 0.3-4.7 points of roofline and lost 57..63. Staged rows stay complex (16-byte elements, one load per
                      fragment element); the sums P3 - P1 ∓ P2 cancel, so the
                      imaginary part's error is bounded by u times (|Re a| +
                      |Im a|)ᵀ (|Re b| + |Im b|), at most twice the modulus
