@@ -17,7 +17,7 @@ from jax_tsmm.codegen import Config, InvalidSpec, KernelSpec, Problem, default_c
 from jax_tsmm.codegen.prebuilt import prebuilt_specs
 from jax_tsmm.codegen.model import SHARED_BUDGET, registers_fit
 from jax_tsmm.codegen.emit import _vector_element, _vector_order, dmma_products, kernel_source
-from jax_tsmm.codegen.search import (LARGE_TILE_BLOCKS, ONE_BLOCK_STAGE_BYTES, _dmma_steps, _usable, candidates,
+from jax_tsmm.codegen.search import (LARGE_TILE_BLOCKS, ONE_BLOCK_STAGE_BYTES, _dmma_steps, _tensor_use, _usable, candidates,
                                      flat_candidates, launch_bound_registers, neighbours, occupancy_ok)
 from jax_tsmm.codegen.spec import MAX_REGISTERS, WGMMA_FIXED_REGISTERS, WGMMA_STEP_REGISTERS, wgmma_fragment_vector
 
@@ -268,6 +268,26 @@ def test_gauss_candidates_for_complex128_atb_within_their_launch_bounds():
             assert spec.estimated_registers() <= launch_bound_registers(spec.threads, config.blocks_per_sm)
     for problem in (Problem("ab", "complex128", 57, 57), Problem("atb", "complex64", 57, 57), Problem("atb", "float64", 57, 57)):
         assert not any(c.gauss for c in candidates(problem, 64))
+
+
+def test_gauss_candidates_rank_by_their_tensor_use():
+    """Gauss exists to save tensor time, so its candidates rank by the share of the
+    m16n8k4 steps their warps issue that compute result blocks: at complex128 atb
+    57 (8x8 blocks of 8) 2x4 tiles waste none, 3x4 tiles with the lone block
+    transposed issue 36 steps for 32 (3x4 as is, 48), and 1x7 tiles over 7x7
+    blocks 28 for 24.5 (the lone block's zero partner). The first offered uses the
+    most."""
+    def use(width, **tile):
+        return _tensor_use(KernelSpec(Problem("atb", "complex128", width, width), Config(
+            mapping="blocked", row_groups=1, rows_per_stage=16, mma=True, gauss=True, blocks_per_sm=1, **tile)))
+    assert use(57, tile_m=2, tile_n=4) == 1
+    assert use(57, tile_m=3, tile_n=4, lone_transposed=True) == 32 / 36
+    assert use(57, tile_m=3, tile_n=4) == 32 / 48
+    assert use(49, tile_m=1, tile_n=7, lone_transposed=True) == 24.5 / 28
+    for width in (50, 57, 63):
+        problem = Problem("atb", "complex128", width, width)
+        found = [KernelSpec(problem, c) for c in candidates(problem, 16) if c.gauss]
+        assert _tensor_use(found[0]) == max(map(_tensor_use, found)), width
 
 
 def test_fma_edges_geometry_and_candidates():
