@@ -11,8 +11,8 @@ import math
 from . import mtsm
 from .model import _split, default_config, registers_fit, wgmma_config
 from .mtsm import MtsmConfig, MtsmProblem, MtsmSpec
-from .spec import (FLAT_MAX_M, MAX_REGISTERS, MAX_THREADS, MMA_DTYPES, VECTOR_BYTES, Config, InvalidSpec, KernelSpec, Problem,
-                   has_bulk_copies, has_wgmma, validate)
+from .spec import (FLAT_MAX_M, MAX_REGISTERS, MAX_THREADS, MMA_DTYPES, VECTOR_BYTES, Config, InvalidSpec,
+                   KernelSpec, Problem, has_bulk_copies, has_wgmma, validate)
 
 SM_REGISTERS = 65536
 SM_PARTITIONS = 4

@@ -198,7 +198,8 @@ class Config:
                      view takes four, and M and N pad to blocks of 8 where the
                      real view pads 2M and 2N: 12-25 % fewer tensor steps at
                      49..64. On an H200 (2026-11-26) it won 49..52, 54 and 56
-                     by 0.3-4.7 points of roofline and lost 57..63. Staged rows stay complex (16-byte elements, one load per
+                     by 0.3-4.7 points of roofline and lost 57..63. Staged
+                     rows stay complex (16-byte elements, one load per
                      fragment element); the sums P3 - P1 ∓ P2 cancel, so the
                      imaginary part's error is bounded by u times (|Re a| +
                      |Im a|)ᵀ (|Re b| + |Im b|), at most twice the modulus
@@ -552,9 +553,10 @@ def dmma_stride(width: int) -> int:
 
 def bulk_layout(m: int, n: int, element_bytes: int = 8) -> tuple[int, int, int]:
     """(row spacing s, group stride of A, group stride of B) for bulk-staged DMMA rows
-    of doubles or floats (or 16-byte complex elements, Config.gauss: a quarter warp's
-    8 loads of 4 rows x 2 columns then take 8 distinct groups of 4 banks). A DMMA step takes rows r, r+s, r+2s, r+3s (the sum over
-    rows does not care which). Staged rows lie in groups of s, each an unpadded
+    of doubles or floats (or 16-byte complex elements, Config.gauss: a quarter
+    warp's 8 loads of 4 rows x 2 columns then take 8 distinct groups of 4 banks).
+    A DMMA step takes rows r, r+s, r+2s, r+3s (the sum over rows does not care
+    which). Staged rows lie in groups of s, each an unpadded
     span (one bulk copy; the whole chunk is one span where the groups need no
     padding between them), so a fragment's 4 rows x 8 columns sit a group stride
     apart and hit distinct banks when that stride is a quarter or three quarters

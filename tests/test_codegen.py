@@ -17,8 +17,8 @@ from jax_tsmm.codegen import Config, InvalidSpec, KernelSpec, Problem, default_c
 from jax_tsmm.codegen.prebuilt import prebuilt_specs
 from jax_tsmm.codegen.model import SHARED_BUDGET, registers_fit
 from jax_tsmm.codegen.emit import _vector_element, _vector_order, dmma_products, kernel_source
-from jax_tsmm.codegen.search import (LARGE_TILE_BLOCKS, ONE_BLOCK_STAGE_BYTES, _dmma_steps, _tensor_use, _usable, candidates,
-                                     flat_candidates, launch_bound_registers, neighbours, occupancy_ok)
+from jax_tsmm.codegen.search import (LARGE_TILE_BLOCKS, ONE_BLOCK_STAGE_BYTES, _dmma_steps, _tensor_use, _usable,
+                                     candidates, flat_candidates, launch_bound_registers, neighbours, occupancy_ok)
 from jax_tsmm.codegen.spec import MAX_REGISTERS, WGMMA_FIXED_REGISTERS, WGMMA_STEP_REGISTERS, wgmma_fragment_vector
 
 DTYPES = ("float32", "float64", "complex64", "complex128")
@@ -88,7 +88,8 @@ def _sample_specs() -> list[KernelSpec]:
         # DMMA atb's lone block of M transposed: with a zero partner (odd tile_n, bulk), beside FMA edges
         (Problem("atb", "float64", 57, 57), Config(tile_m=3, tile_n=3, mapping="blocked", row_groups=1, rows_per_stage=48, stages=3, mma=True, stage_copy="bulk", lone_transposed=True, blocks_per_sm=1)),
         (Problem("atb", "float64", 50, 50), Config(tile_m=3, tile_n=2, mapping="blocked", row_groups=2, rows_per_stage=32, stages=3, mma=True, fma_edges=True, lone_transposed=True)),
-        # Gauss's three products for complex128 atb: vector copies, and bulk copies of rows 2 apart with Aᴴ B
+        # Gauss's three products for complex128 atb: vector copies, bulk copies of rows 2 apart with Aᴴ B,
+        # and a 1x7 tile whose lone block runs transposed (three zero partners)
         (Problem("atb", "complex128", 53, 53), Config(tile_m=2, tile_n=2, mapping="blocked", row_groups=1, rows_per_stage=16, mma=True, gauss=True, blocks_per_sm=1)),
         (Problem("atb", "complex128", 57, 57, conj=True), Config(tile_m=2, tile_n=4, mapping="blocked", row_groups=1, rows_per_stage=32, stages=2, mma=True, gauss=True, stage_copy="bulk", blocks_per_sm=1)),
         (Problem("atb", "complex128", 49, 49), Config(tile_m=1, tile_n=7, mapping="blocked", row_groups=1, rows_per_stage=16, mma=True, gauss=True, lone_transposed=True, stage_copy="bulk", blocks_per_sm=1)),
