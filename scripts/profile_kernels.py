@@ -6,8 +6,9 @@
 
 Each shape (op:dtype:M:N, or op:dtype:M:N:K; mtsm and mtsm_t as op:dtype:SIZE:N
 with M = K = SIZE) runs once (``--repeat`` times) on
-fresh random operands whose narrower tall matrix holds 256 MiB (K rows where
-given), through the kernels dispatch picks (``--model``: the generator's
+fresh random operands of the bench's K (``bench.problem_rows``: the narrower tall
+matrix holds 1 GiB, so dispatch picks from the K range the bench times; K rows
+where given), through the kernels dispatch picks (``--model``: the generator's
 model kernels, as if no database were shipped; ``--xla``: XLA's dot). Compilation launches none of our kernels, so with a kernel
 filter each profiled launch is one call.
 """
@@ -17,7 +18,6 @@ from __future__ import annotations
 import argparse
 
 import jax
-import numpy as np
 
 from jax_tsmm import _cuda, _mtsm, bench
 
@@ -40,7 +40,7 @@ def main() -> None:
             ours, xla = bench.mtsm_operations(op == "mtsm_t")
             select = lambda: _mtsm.select(dtype, op == "mtsm_t", n, False, k, _cuda.arch(), _cuda.device_kind())
         else:
-            k = int(dims[2]) if len(dims) > 2 else (256 << 20) // (min(m, n) * np.dtype(dtype).itemsize)
+            k = int(dims[2]) if len(dims) > 2 else bench.problem_rows(m, n, dtype)
             (a, b), *_ = bench.operand_sets(op, dtype, m, n, k, seed=m * 1000 + n)
             ours, xla = bench.operations(op)
             select = lambda: bench.timed_kernel(op, dtype, m, n, k)
