@@ -787,7 +787,11 @@ def _atb_mma_body(spec: KernelSpec, ar: _Arith) -> tuple[list[str], list[tuple[s
     gauss = c.gauss
     halves = (0, 1) if tf32 else (0,)
     # Gauss: real part rr ∓ ii, imaginary part mix - rr ∓ ii, A's mix re ± im (Aᵀ B, then Aᴴ B).
-    gauss_sign = "+" if p.conj else "-"
+    gauss_sign, mix_sign = ("+", "-") if p.conj else ("-", "+")
+    # Gauss's three real sums (else the one sum of a block), each with the fragment part it
+    # multiplies and the zero partner of its transposed lone block.
+    sum_parts = (("rr", ".x"), ("ii", ".y"), ("mix", "_mix")) if gauss else (("acc", ""),)
+    spares = [f"spare_{name}" for name, _ in sum_parts] if gauss else ["spare"]
 
     def k_step(t: int) -> list[str]:
         """k-step t of a row step: in each half h, rows r + 4 s h + t + s * frag_k, one per
@@ -826,18 +830,13 @@ def _atb_mma_body(spec: KernelSpec, ar: _Arith) -> tuple[list[str], list[tuple[s
             return lines + tf32_products(tm, tn, lambda i, j: f"part_{i}_{j}", lambda i, h: f"a{i}_{h}",
                                          lambda j, h: f"b{j}_{h}", lone_transposed=True)
         if gauss:
-            return lines + [
-                *[f"const double a{i}_mix = a{i}.x {'-' if p.conj else '+'} a{i}.y;" for i in range(tm)],
-                *[f"const double b{j}_mix = b{j}.x + b{j}.y;" for j in range(tn)],
-                *dmma_products(tm, tn, lambda i, j: f"rr_{i}_{j}", lambda i: f"a{i}.x", lambda j: f"b{j}.x",
-                               lone_transposed=c.lone_transposed, spare="spare_rr"),
-                *dmma_products(tm, tn, lambda i, j: f"ii_{i}_{j}", lambda i: f"a{i}.y", lambda j: f"b{j}.y",
-                               lone_transposed=c.lone_transposed, spare="spare_ii"),
-                *dmma_products(tm, tn, lambda i, j: f"mix_{i}_{j}", lambda i: f"a{i}_mix", lambda j: f"b{j}_mix",
-                               lone_transposed=c.lone_transposed, spare="spare_mix"),
-            ]
-        return lines + dmma_products(tm, tn, lambda i, j: f"acc_{i}_{j}", lambda i: f"a{i}", lambda j: f"b{j}",
-                                     lone_transposed=c.lone_transposed)
+            lines += [*[f"const double a{i}_mix = a{i}.x {mix_sign} a{i}.y;" for i in range(tm)],
+                      *[f"const double b{j}_mix = b{j}.x + b{j}.y;" for j in range(tn)]]
+        for (name, part), spare in zip(sum_parts, spares):
+            lines += dmma_products(tm, tn, lambda i, j, name=name: f"{name}_{i}_{j}",
+                                   lambda i, part=part: f"a{i}{part}", lambda j, part=part: f"b{j}{part}",
+                                   lone_transposed=c.lone_transposed, spare=spare)
+        return lines
 
     # fma_edges: slot `edge_slot` takes rows edge_slot + u * slots of the result against the
     # N edge's columns (m-units) and core columns edge_slot + u * slots against the M
@@ -931,7 +930,7 @@ def _atb_mma_body(spec: KernelSpec, ar: _Arith) -> tuple[list[str], list[tuple[s
               "// half-empty (Hopper runs m8n8k4 at half m16n8k4's rate); its sums hold",
               "// [2*(lane%4) + h][lane/4] of each block."] if c.lone_transposed else [])]),
         *(["// Gauss's 3M: per 8x8 block of the complex result three real sums, rr = Re(a)ᵀ Re(b),",
-           f"// ii = Im(a)ᵀ Im(b) and mix = (Re a {'-' if p.conj else '+'} Im a)ᵀ (Re b + Im b), combined once",
+           f"// ii = Im(a)ᵀ Im(b) and mix = (Re a {mix_sign} Im a)ᵀ (Re b + Im b), combined once",
            "// at the end: three DMMA where the real view takes four, the complex elements read",
            "// as one 16-byte load per fragment element."] if gauss else []),
         "// Columns past M or N are clamped for reading; their results are never stored.",
@@ -939,10 +938,9 @@ def _atb_mma_body(spec: KernelSpec, ar: _Arith) -> tuple[list[str], list[tuple[s
         *[f"const int col_a{i} = min((warp_m * {tm} + {i}) * 8 + lane / 4, {p.m - 1});" for i in range(tm)],
         *[f"const int col_b{j} = min((warp_n * {tn} + {j}) * 8 + lane / 4, {p.n - 1});" for j in range(tn)],
         "",
-        *[f"{acc_type} {sums}_{i}_{j}_{h} = 0;" for sums in (("rr", "ii", "mix") if gauss else ("acc",))
+        *[f"{acc_type} {name}_{i}_{j}_{h} = 0;" for name, _ in sum_parts
           for i in range(tm) for j in range(tn) for h in range(2)],
-        *([f"double {spare}_0 = 0, {spare}_1 = 0;  // the lone block's zero partner"
-           for spare in (("spare_rr", "spare_ii", "spare_mix") if gauss else ("spare",))]
+        *([f"double {spare}_0 = 0, {spare}_1 = 0;  // the lone block's zero partner" for spare in spares]
           if c.lone_transposed and tn % 2 else []),
         *sums,
         *edge_places,
