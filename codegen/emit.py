@@ -1394,17 +1394,22 @@ def _ab_mma_tiles(spec: KernelSpec, ar: _Arith):
     """Tensor cores for wide ab: DMMA (mma.sync m8n8k4) for float64, which turns
     compute-bound on the FMA units, and float32 (widened to double), or 3xTF32
     (Config.tf32x3, float32; m16n8k8: two 4-wide steps side by side and two
-    slabs stacked). C lives in registers as the B fragments of every 4-wide step
+    slabs stacked), or for complex128 by Gauss's three real products on DMMA
+    (Config.gauss). C lives in registers as the B fragments of every 4-wide step
     of the inner index; a warp turns tile_m slabs of 8 staged rows into tile_m x
     tile_n 8x8 blocks of out per pass. With Config.wgmma, C lives in shared
     memory instead and each warpgroup's products are wgmma instructions."""
     p, c = spec.problem, spec.config
     tm, tn = c.tile_m, c.tile_n
     warps_n = spec.tiles_m
-    tf32, wgmma = c.tf32x3, c.wgmma
+    tf32, wgmma, gauss = c.tf32x3, c.wgmma, c.gauss
     k_steps = -(-p.m // spec.mma_k) * spec.mma_k // 4  # 4-wide steps, whole m16n8k8 steps for TF32
     stride = spec.smem_stride(p.m)
     vector = spec.fragment_vector
+    # With N even a lane's two columns of a block are neighbours at an even offset
+    # in every row: one 16-byte store (whole sectors) wherever the base is aligned.
+    # (A complex element is 16 bytes on its own.)
+    pairs = p.n % 2 == 0 and not gauss
     if wgmma:
         n8, k8 = spec.wgmma_n, spec.wgmma_k_steps
         c_from = [
@@ -1432,6 +1437,17 @@ def _ab_mma_tiles(spec: KernelSpec, ar: _Arith):
                f"const bool a_vectors = a_shift % {vector} == 0;"] if vector > 1 else []),
             f"const unsigned long long c_hi = tsmm_wgmma_desc(c_split, 128, {k8 * 256});",
             f"const unsigned long long c_lo = tsmm_wgmma_desc(c_split + {8 * k8 * n8}, 128, {k8 * 256});",
+        ]
+    elif gauss:
+        c_from = [
+            "// C as B fragments, loaded once: c_<step>_<block> = C[4*step + frag_k][8*block + frag_row],",
+            "// complex (Re and Im, which Gauss's products read apart), zero past M or N so that the",
+            "// steps and blocks that overhang add nothing. Their mix Re + Im is formed per step:",
+            "// registers, not the adds, bound how many warps run.",
+            *[f"const int c_col{j} = (warp_n * {tn} + {j}) * 8 + frag_row;" for j in range(tn)],
+            *[f"const double2 c_{ks}_{j} = {ks * 4} + frag_k < {p.m} && c_col{j} < {p.n} ? "
+              f"__ldg(&c[({ks * 4} + frag_k) * {p.n} + c_col{j}]) : make_double2(0, 0);"
+              for ks in range(k_steps) for j in range(tn)],
         ]
     else:
         c_from = [
@@ -1464,18 +1480,20 @@ def _ab_mma_tiles(spec: KernelSpec, ar: _Arith):
            "// those rows: [lane/4][8*block + 2*(lane%4) + h] in d[4*block + h], row lane/4 + 8 in",
            "// d[4*block + 2 + h]."]
           if wgmma else []),
+        *(["// Gauss's 3M: per 8x8 block of complex out three real sums, rr = Re(a) Re(c),",
+           "// ii = Im(a) Im(c) and mix = (Re a + Im a)(Re c + Im c), combined once per pass:",
+           "// three DMMA where the real view takes four, each A fragment element one 16-byte",
+           "// load of a complex element (the real view's two serve half as many columns)."]
+          if gauss else []),
         "const int frag_row = lane / 4;",
         "const int frag_k = lane % 4;",
         "",
         *c_from,
         "// Columns of out this lane stores: D's [.][2*frag_k + h] of each block.",
         *[f"const int out_col{j}_{h} = (warp_n * {tn} + {j}) * 8 + 2 * frag_k + {h};"
-          for j in range(tn) for h in range(1 if p.n % 2 == 0 else 2)],
+          for j in range(tn) for h in range(1 if pairs else 2)],
     ]
     col_overhang = warps_n * tn * 8 > p.n
-    # With N even a lane's two columns of a block are neighbours at an even offset
-    # in every row: one 16-byte store (whole sectors) wherever the base is aligned.
-    pairs = p.n % 2 == 0
     if pairs:
         setup += [
             "// Even N: a lane's two neighbouring columns go out as one 16-byte access where aligned.",
@@ -1528,13 +1546,14 @@ def _ab_mma_tiles(spec: KernelSpec, ar: _Arith):
             """Slab i's A at inner index 4 ks + frag_k; columns past M are masked (the
             padding of a staged row is never written)."""
             at = f"sa[{slab_at(i)} + {ks * 4} + frag_k]"
+            zero = ar.zero() if gauss else "0.0f"
             if ks * 4 >= p.m:
-                return "0.0f"
+                return zero
             if ks * 4 + 4 <= p.m:
                 return at
             if wgmma:  # a bit mask: a select here has ptxas fence the warpgroup before every k-step
                 return f"__uint_as_float(__float_as_uint({at}) & inside_m)"
-            return f"frag_k < {p.m - ks * 4} ? {at} : 0.0f"
+            return f"frag_k < {p.m - ks * 4} ? {at} : {zero}"
 
         if wgmma:
             groups = spec.wgmma_groups
@@ -1595,6 +1614,31 @@ def _ab_mma_tiles(spec: KernelSpec, ar: _Arith):
                     "}",
                 ]
             lines += [f"acc_{i}_{j}_{h} += fix_{i}_{j}_{h};" for i in range(tm) for j in range(tn) for h in range(2)]
+            return lines + stores
+        if gauss:
+            sums = (("rr", lambda i: f"a{i}.x", lambda j, ks: f"c_{ks}_{j}.x"),
+                    ("ii", lambda i: f"a{i}.y", lambda j, ks: f"c_{ks}_{j}.y"),
+                    ("mix", lambda i: f"a{i}_mix", lambda j, ks: f"c{j}_mix"))
+            lines = [
+                *([f"const int slab = base + row_group * {8 * tm};"] if spacing == 1 else []),
+                *[f"double {name}_{i}_{j}_{h} = 0;" for name, _, _ in sums
+                  for i in range(tm) for j in range(tn) for h in range(2)],
+                f"// {k_steps} steps of 4 along the inner index, three DMMA per 8x8 block each.",
+            ]
+            for ks in range(k_steps):
+                lines += [
+                    "{",
+                    *[f"  const double2 a{i} = {a_fragment(i, ks)};" for i in range(tm)],
+                    *[f"  const double a{i}_mix = a{i}.x + a{i}.y;" for i in range(tm)],
+                    *[f"  const double c{j}_mix = c_{ks}_{j}.x + c_{ks}_{j}.y;" for j in range(tn)],
+                    *["  " + line for name, a, b in sums for line in dmma_products(
+                        tm, tn, lambda i, j, name=name: f"{name}_{i}_{j}", a, lambda j, b=b, ks=ks: b(j, ks))],
+                    "}",
+                ]
+            lines += ["// Gauss's combination: out = rr - ii + i (mix - rr - ii)."] + [
+                f"const double2 acc_{i}_{j}_{h} = make_double2(rr_{i}_{j}_{h} - ii_{i}_{j}_{h}, "
+                f"mix_{i}_{j}_{h} - rr_{i}_{j}_{h} - ii_{i}_{j}_{h});"
+                for i in range(tm) for j in range(tn) for h in range(2)]
             return lines + stores
         lines = [
             *([f"const int slab = base + row_group * {8 * tm};"] if spacing == 1 else []),

@@ -76,8 +76,9 @@ def score(spec: KernelSpec) -> float:
     reuse = c.tile_m * c.tile_n / (c.tile_m + c.tile_n)
     in_flight = c.blocks_per_sm * (c.stages - 1) * spec.stage_bytes
     latency = min(1.0, in_flight / (48 * 1024))
-    # 3xTF32 computes 8-row blocks of M (ab: slabs) in pairs: ab's lone one costs a
-    # pair; atb's runs transposed, pairing N's blocks, and pads half a step at an odd tile_n.
+    # The tensor cores compute 8-row blocks of M (ab: slabs) in pairs: ab's lone one
+    # costs a pair (3xTF32 pads it, DMMA issues m8n8k4 half-empty); 3xTF32 atb's runs
+    # transposed, pairing N's blocks, and pads half a step at an odd tile_n.
     if p.op == "atb":
         tile_blocks = c.tile_m * c.tile_n + ((c.tile_m % 2) * (c.tile_n % 2) if c.tf32x3 else 0)
         tiles = spec.tiles_m * spec.tiles_n * tile_blocks
@@ -85,7 +86,7 @@ def score(spec: KernelSpec) -> float:
             tiles += EDGE_COST * (p.m * p.n - 64 * spec.mma_blocks(p.m) * spec.mma_blocks(p.n)) / 64
         useful = p.m * p.n / tiles
     else:
-        paired_m = c.tile_m + c.tile_m % 2 if c.tf32x3 else c.tile_m
+        paired_m = c.tile_m + c.tile_m % 2 if c.mma else c.tile_m
         useful = p.n / (spec.tiles_m * c.tile_n) * c.tile_m / paired_m
     warps = c.blocks_per_sm * spec.threads / 32
     enough = LARGE_TILE_WARPS if c.tf32x3 and p.op == "atb" and c.tile_m * c.tile_n > TILE_BLOCKS else 16
@@ -98,7 +99,7 @@ def _stage_outs(problem: Problem) -> tuple[bool, ...]:
 
 def _mma_candidates(problem: Problem, arch: str) -> dict[Config, float]:
     """Tensor-core configurations, scored like the rest with the tensor cores' rate
-    counted as twice the reuse: DMMA (float64, float32; complex128 atb by Gauss's
+    counted as twice the reuse: DMMA (float64, float32; complex128 by Gauss's
     three products, Config.gauss) and, for float32, 3xTF32
     ahead of DMMA (which spends as much pipe time widening floats as on its
     products); DMMA atb tiles with a lone block of M also with it transposed
@@ -144,7 +145,7 @@ def _mma_candidates(problem: Problem, arch: str) -> dict[Config, float]:
             # float64 atb 33..64 (2026-11-23: 83-92 % against 66-76 % of the read roofline)
             # and at most widths of ab from 18 (85-92 % against 74-89 % of the copy roofline).
             found[config] = (2 * score(spec) * (1.25 if stage_copy == "bulk" else 1) * (1.5 if tf32x3 else 1)
-                             * (ONE_BLOCK_BONUS if one_block else 1) * (_tensor_use(spec) if gauss else 1))
+                             * (ONE_BLOCK_BONUS if one_block else 1) * (_tensor_use(spec) if gauss and atb else 1))
             if stage_copy == "bulk" and not atb:
                 found[dataclasses.replace(config, waves=WAVES)] = found[config]
             if atb and not tf32x3 and tile_m % 2:  # its lone block transposed: fewer tensor steps
@@ -267,7 +268,7 @@ def candidates(problem: Problem, limit: int = 16, arch: str = "sm_90") -> list[C
             spec = KernelSpec(problem, config)
             if _usable(spec, valid, (rows, stages, mapping, unroll, padded, stage_out)):
                 found[config] = score(spec)
-    if problem.dtype in MMA_DTYPES or (problem.op, problem.dtype) == ("atb", "complex128"):  # (Config.gauss)
+    if problem.dtype in MMA_DTYPES or (problem.dtype == "complex128" and not problem.update):  # (Config.gauss)
         found.update(_mma_candidates(problem, arch))
     # Best first, but one per tile/thread/stage shape before any second variant of
     # a shape (unroll, mapping and blocks per SM matter less than those).

@@ -189,7 +189,8 @@ class Config:
                      H200), so a lone block costs a pair's tensor time: 5x3
                      tiles issue 8 steps instead of 9. 3xTF32 atb always runs its
                      lone block so (tf32_products).
-    gauss            complex128 atb with mma only: Gauss's three real products
+    gauss            complex128 atb, and ab without the update, with mma only:
+                     Gauss's three real products
                      (3M) on DMMA instead of the real view's four. Per 8x8 block
                      of the complex result, P1 = Re(a)ᵀ Re(b), P2 = Im(a)ᵀ Im(b)
                      and P3 = (Re a ± Im a)ᵀ (Re b + Im b) (minus for conj);
@@ -203,7 +204,12 @@ class Config:
                      fragment element); the sums P3 - P1 ∓ P2 cancel, so the
                      imaginary part's error is bounded by u times (|Re a| +
                      |Im a|)ᵀ (|Re b| + |Im b|), at most twice the modulus
-                     bound of the four-product form.
+                     bound of the four-product form. ab's A C takes the same
+                     sums with C as b and no conj; its warps keep C's complex
+                     fragments in registers and form the mix per step, and a
+                     16-byte A fragment element serves 8 complex columns where
+                     the real view's two 8-byte ones serve 4 (8 real): half the
+                     shared loads per output at the same tile.
     m_panels         atb only: the M rows of the result are split into this many
                      panels, one per blockIdx.y, when one block's registers
                      cannot hold all of them (each panel streams A and B again).
@@ -364,7 +370,14 @@ class KernelSpec:
     def layout(self) -> tuple[int, int, int]:
         """bulk_layout of the staged operands: A and B (atb), A alone (ab)."""
         p = self.problem
-        return bulk_layout(p.m, p.n if p.op == "atb" else p.m, p.element_bytes)
+        return bulk_layout(p.m, p.n if p.op == "atb" else p.m, p.element_bytes, self.fragment_row_bytes)
+
+    @property
+    def fragment_row_bytes(self) -> int:
+        """Bytes of one staged row that a phase of a DMMA fragment load reads: 4
+        elements of 8 bytes or fewer (half warps), Gauss's 16-byte complex elements
+        by quarter warps: atb's 2 columns of 4 rows (32 bytes), ab's 4 of 2 (64)."""
+        return 64 if self.config.gauss and self.problem.op == "ab" else 32
 
     @property
     def row_spacing(self) -> int:
@@ -410,8 +423,10 @@ class KernelSpec:
             return width
         if self.config.wgmma:  # unpadded but for multiples of 8 (see wgmma_row_spacing)
             return width if width % 8 else width + 4
-        if self.config.gauss:  # a 16-byte complex element spans two doubles: dmma_stride's rule for them
+        if self.config.gauss and p.op == "atb":  # a 16-byte complex element spans two doubles: dmma_stride's rule
             return dmma_stride(2 * width) // 2
+        if self.config.gauss:  # ab: a quarter warp's 2 rows x 4 elements, 64 bytes each, in distinct halves
+            return next(s for s in range(width, width + 8) if s % 8 == 4)
         if self.config.mma:
             return dmma_stride(width) if p.real_type == "double" else dmma_float_stride(width, p.op)
         return width + 1 if self.config.padded and width % 2 == 0 else width
@@ -517,6 +532,10 @@ class KernelSpec:
             # (nvcc 13.0 used 96..235 registers at M = N = 9..64, one group)
             steps = max(len(group) for group in self.wgmma_groups)
             return self.wgmma_n + WGMMA_STEP_REGISTERS * steps + WGMMA_FIXED_REGISTERS
+        if c.gauss and p.op == "ab":  # three real sums per block, C's complex fragments, A's (re, im, mix;
+            # nvcc keeps more than one k-step's in flight: 126, 158-162 and 168-202 registers for tiles of
+            # 1, 2 and 3 slabs at 50..61, nvcc 13.0)
+            return c.tile_m * c.tile_n * 3 * 2 * 2 + _ceil_div(p.m, 4) * c.tile_n * 4 + c.tile_m * 12 + c.tile_n * 6 + 44
         if c.gauss:  # three real sums per DMMA block (2 per lane each); fragments: re, im and the mix
             # (nvcc 13.0 used 94, 128 and 167 registers for tiles of 1x2, 2x2 and 4x2 blocks)
             spares = 3 * 2 * 2 if c.lone_transposed and c.tile_n % 2 else 0  # the lone block's zero partners
@@ -551,30 +570,33 @@ def dmma_stride(width: int) -> int:
     return next(s for s in range(width, width + 16) if s % 16 in (4, 12))
 
 
-def bulk_layout(m: int, n: int, element_bytes: int = 8) -> tuple[int, int, int]:
+def bulk_layout(m: int, n: int, element_bytes: int = 8, row_bytes: int = 32) -> tuple[int, int, int]:
     """(row spacing s, group stride of A, group stride of B) for bulk-staged DMMA rows
     of doubles or floats (or 16-byte complex elements, Config.gauss: a quarter
-    warp's 8 loads of 4 rows x 2 columns then take 8 distinct groups of 4 banks).
+    warp's 8 loads of 4 rows x 2 columns then take 8 distinct groups of 4 banks;
+    ab's 2 rows x 4 columns, ``row_bytes`` 64, 2 distinct halves of the banks).
     A DMMA step takes rows r, r+s, r+2s, r+3s (the sum over rows does not care
     which). Staged rows lie in groups of s, each an unpadded
     span (one bulk copy; the whole chunk is one span where the groups need no
     padding between them), so a fragment's 4 rows x 8 columns sit a group stride
-    apart and hit distinct banks when that stride is a quarter or three quarters
-    of the elements that span the 32 banks (4 or 12 modulo 16 doubles, read by
-    half warps; 8 or 24 modulo 32 floats). Group strides stay whole vectors, so
+    apart and hit distinct banks when that stride is an odd multiple of the
+    ``row_bytes`` of a row that one request phase reads, modulo the 128 bytes
+    that span the 32 banks: a quarter or three quarters (4 or 12 modulo 16
+    doubles, read by half warps; 8 or 24 modulo 32 floats). Group strides stay whole vectors, so
     every group keeps the operand's alignment. The spacing with the least padding
     per row wins, the larger one on a tie (fewer, longer copies): doubles odd
     widths s = 4 unpadded, 2 mod 4 s = 2, 4 mod 8 s = 1, multiples of 8 s = 8
     with 4 elements between groups; floats odd s = 8, 2 mod 4 s = 4, 4 mod 8
     s = 2, 8 mod 16 s = 1, multiples of 16 s = 8 with 8 between groups."""
     period = 128 // element_bytes
-    quarters = (period // 4, 3 * period // 4)
+    step = row_bytes // element_bytes
+    residues = range(step, period, 2 * step)
     vector = 16 // element_bytes
     best, best_cost = None, None
     for s in (1, 2, 4, 8):
         if any(s * width % vector for width in (m, n)):
             continue  # groups would not keep the rows' 16-byte alignment
-        groups = [next(g for g in range(s * width, s * width + period, vector) if g % period in quarters)
+        groups = [next(g for g in range(s * width, s * width + period, vector) if g % period in residues)
                   for width in (m, n)]
         cost = (sum(groups) - s * (m + n)) / s
         if best is None or cost <= best_cost:
@@ -640,7 +662,7 @@ def _bulk_fits(spec: KernelSpec) -> bool:
     if c.wgmma:  # rows unpadded (see smem_stride): the chunk is one span. Padded rows, a bulk copy
         # each, ran float32 24 and 48 at 30 and 52 % on an H200 (performance.md, seventeenth round).
         return wgmma_fragment_vector(p.m) > 0
-    return p.dtype == "float64" and c.row_groups * c.tile_m % spec.row_spacing == 0
+    return (p.dtype == "float64" or c.gauss) and c.row_groups * c.tile_m % spec.row_spacing == 0
 
 
 def validate(spec: KernelSpec) -> None:
@@ -699,12 +721,12 @@ def validate(spec: KernelSpec) -> None:
     if c.lone_transposed and not (p.op == "atb" and c.mma and not c.tf32x3 and c.tile_m % 2):
         errors.append("lone_transposed serves DMMA atb (not 3xTF32, which always does it) with an odd tile_m")
         raise InvalidSpec("; ".join(errors), spec)
-    if c.gauss and not (p.op == "atb" and p.dtype == "complex128" and c.mma and not c.fma_edges):
-        errors.append("gauss serves complex128 atb with mma, without fma_edges")
+    if c.gauss and not (p.dtype == "complex128" and c.mma and not c.fma_edges and not p.update):
+        errors.append("gauss serves complex128 atb and ab (without the update) with mma, without fma_edges")
         raise InvalidSpec("; ".join(errors), spec)
     if c.mma and ((p.dtype not in MMA_DTYPES and not c.gauss) or c.m_panels != 1
                   or (p.op == "ab" and c.c_source != ("shared" if c.wgmma else "global"))):
-        errors.append(f"mma (DMMA) serves {' and '.join(MMA_DTYPES)} (complex128 atb with gauss) without panels, "
+        errors.append(f"mma (DMMA) serves {' and '.join(MMA_DTYPES)} (complex128 with gauss) without panels, "
                       "for ab with C from global memory (wgmma: from shared memory)")
         raise InvalidSpec("; ".join(errors), spec)
     inner_m = spec.panel_m if p.op == "atb" else c.rows_per_stage

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import itertools
 import re
 import subprocess
 
@@ -224,14 +225,16 @@ def test_tensor_cores_serve_float64_and_float32():
 
 @pytest.mark.parametrize("problem, change", [
     (Problem("atb", "complex64", 40, 40), {}),
-    (Problem("ab", "complex128", 40, 40), dict(c_source="global")),
+    (Problem("ab", "complex128", 40, 40, update=True), dict(c_source="global")),
     (Problem("atb", "complex128", 40, 40), dict(mma=False)),
     (Problem("atb", "complex128", 42, 42), dict(fma_edges=True)),
 ])
-def test_gauss_serves_complex128_atb_on_dmma_only(problem, change):
+def test_gauss_serves_complex128_on_dmma_only(problem, change):
+    """Gauss's products serve complex128 atb and ab (not ab's fused update) on DMMA alone."""
     config = Config(tile_m=2, tile_n=2, mapping="blocked", row_groups=1, rows_per_stage=16, mma=True, gauss=True,
                     blocks_per_sm=1)
     validate(KernelSpec(Problem("atb", "complex128", 40, 40), config))
+    validate(KernelSpec(Problem("ab", "complex128", 40, 40), dataclasses.replace(config, c_source="global")))
     with pytest.raises(InvalidSpec, match="gauss"):
         validate(KernelSpec(problem, dataclasses.replace(config, **change)))
 
@@ -255,20 +258,44 @@ def test_gauss_fragments_take_distinct_banks(stage_copy, width):
         assert len({(lane % 4 * step + lane // 4) % 8 for lane in lanes}) == 8
 
 
-def test_gauss_candidates_for_complex128_atb_within_their_launch_bounds():
-    """The search offers Gauss for complex128 atb alone, and only where nvcc's register
-    bound under the launch bounds holds the estimate (its per-scheduler share: 96
-    registers at 17 warps, as nvcc 13.0 allotted)."""
+def test_gauss_candidates_for_complex128_within_their_launch_bounds():
+    """The search offers Gauss for complex128 atb and ab alone (not ab's fused update),
+    and only where nvcc's register bound under the launch bounds holds the estimate
+    (its per-scheduler share: 96 registers at 17 warps, as nvcc 13.0 allotted)."""
     assert launch_bound_registers(544, 1) == 96 and launch_bound_registers(288, 1) == 168
     assert launch_bound_registers(512, 1) == 128 and launch_bound_registers(128, 1) == MAX_REGISTERS
-    for width in (13, 50, 57, 64):
-        found = [c for c in candidates(Problem("atb", "complex128", width, width), 12) if c.gauss]
-        assert found, width
+    for op, width in itertools.product(("atb", "ab"), (13, 50, 57, 64)):
+        problem = Problem(op, "complex128", width, width)
+        found = [c for c in candidates(problem, 12) if c.gauss]
+        assert found, (op, width)
         for config in found:
-            spec = KernelSpec(Problem("atb", "complex128", width, width), config)
+            spec = KernelSpec(problem, config)
             assert spec.estimated_registers() <= launch_bound_registers(spec.threads, config.blocks_per_sm)
-    for problem in (Problem("ab", "complex128", 57, 57), Problem("atb", "complex64", 57, 57), Problem("atb", "float64", 57, 57)):
+    for problem in (Problem("ab", "complex128", 57, 57, update=True), Problem("atb", "complex64", 57, 57),
+                    Problem("atb", "float64", 57, 57)):
         assert not any(c.gauss for c in candidates(problem, 64))
+
+
+@pytest.mark.parametrize("width", range(1, 65))
+@pytest.mark.parametrize("stage_copy", ["vector", "bulk"])
+def test_gauss_ab_fragments_take_distinct_banks(stage_copy, width):
+    """Gauss's ab reads staged complex128 elements (16 bytes) into DMMA A fragments, 8
+    rows x 4 columns a warp, served by quarter warps (8 lanes: 2 rows x 4 columns,
+    64 bytes a row): each quarter's elements take 8 distinct groups of 4 banks, in
+    rows padded to the narrowest such stride (vector copies) or in bulk groups whose
+    stride does it, the rows unpadded within a group."""
+    problem = Problem("ab", "complex128", width, 8)  # A's rows are M wide
+    spec = KernelSpec(problem, Config(tile_m=2, tile_n=1, mapping="blocked", row_groups=4, rows_per_stage=64,
+                                      stages=2, mma=True, gauss=True, c_source="global", stage_out=True,
+                                      stage_copy=stage_copy, blocks_per_sm=1))
+    validate(spec)
+    step = spec.group_stride(width) if stage_copy == "bulk" else spec.smem_stride(width)  # between fragment rows
+    assert width <= spec.smem_stride(width) <= width + 8
+    if stage_copy == "bulk":
+        assert spec.smem_stride(width) == width and spec.row_spacing * width <= step < spec.row_spacing * width + 8
+    for quarter in range(4):
+        lanes = range(8 * quarter, 8 * quarter + 8)
+        assert len({(lane // 4 * step + lane % 4) % 8 for lane in lanes}) == 8
 
 
 def test_gauss_candidates_rank_by_their_tensor_use():

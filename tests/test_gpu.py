@@ -523,6 +523,46 @@ def test_gauss_path(m, n, tile_m, tile_n, row_groups, stage_copy, lone_transpose
     check_forced(spec, "atb", a, b, conj)
 
 
+GAUSS_AB_CASES = [  # M, N, tile_m, tile_n, row_groups, stage_copy, stage_out: bulk rows 1 apart (52), 2 apart (50),
+    # 4 apart (odd) and in padded groups of 8 (48); vector rows padded to 4 mod 8 elements; a lone slab (m8n8k4);
+    # a ragged last k-step (M not a multiple of 4); N past the warps' last block; several blocks a warp
+    (52, 52, 1, 1, 2, "bulk", True),
+    (50, 50, 2, 1, 1, "bulk", True),
+    (57, 57, 4, 1, 1, "bulk", True),
+    (48, 16, 4, 1, 2, "bulk", True),
+    (53, 53, 2, 1, 1, "vector", False),
+    (61, 40, 3, 1, 1, "vector", True),
+    (13, 48, 1, 2, 1, "vector", False),
+    (5, 3, 1, 1, 2, "vector", True),
+]
+GAUSS_AB_PARAMETERS = ("m", "n", "tile_m", "tile_n", "row_groups", "stage_copy", "stage_out")
+
+
+def gauss_ab_spec(m, n, tile_m, tile_n, row_groups, stage_copy, stage_out) -> KernelSpec:
+    """The kernel of a GAUSS_AB_CASES row."""
+    return two_passes_a_stage(Problem("ab", "complex128", m, n), Config(
+        tile_m=tile_m, tile_n=tile_n, mapping="blocked", row_groups=row_groups, mma=True, gauss=True,
+        c_source="global", stage_out=stage_out, stage_copy=stage_copy, blocks_per_sm=1))
+
+
+@pytest.fixture(scope="module")
+def gauss_ab_kernels_compiled(request):
+    precompile_selected(request, "test_gauss_ab_path", GAUSS_AB_PARAMETERS, gauss_ab_spec)
+
+
+@pytest.mark.parametrize(", ".join(GAUSS_AB_PARAMETERS), GAUSS_AB_CASES)
+@pytest.mark.parametrize("k", [1, 37, 100_003, 10**6 + 7])
+def test_gauss_ab_path(m, n, tile_m, tile_n, row_groups, stage_copy, stage_out, k, gauss_ab_kernels_compiled):
+    """complex128 A C by Gauss's three real products on DMMA (Config.gauss): within the
+    error bound, through many rounds of the ring with a ragged last chunk, over batch
+    items (the long K on one item), and the same bits on every run."""
+    rng = np.random.default_rng()
+    spec = gauss_ab_spec(m, n, tile_m, tile_n, row_groups, stage_copy, stage_out)
+    batch = () if k > 10**6 else (3,)
+    a, c = operands(rng, "ab", "complex128", k, m, n, batch, batch)
+    check_forced(spec, "ab", a, c)
+
+
 WGMMA_CASES = [  # M, N, row_groups, rows_per_stage, stage_out, stage_copy: A's rows read 4 apart (odd M),
     # 2 apart (2 mod 4), 1 apart (4 mod 8), padded (multiples of 8); N padded to 8-column blocks, M to
     # k-steps of 8; bulk copies in and bulk stores out from two buffers, rows of a multiple of 8
