@@ -367,10 +367,15 @@ class KernelSpec:
         return wgmma_fragment_vector(self.problem.m) if self.config.wgmma and self.bulk else 1
 
     @property
-    def layout(self) -> tuple[int, int, int]:
-        """bulk_layout of the staged operands: A and B (atb), A alone (ab)."""
-        p = self.problem
-        return bulk_layout(p.m, p.n if p.op == "atb" else p.m, p.element_bytes, self.fragment_row_bytes)
+    def layout(self) -> tuple[int, int, int] | None:
+        """bulk_layout of the staged operands: A and B (atb), A alone (ab, whose pass
+        takes the rows of its slabs in groups of the spacing: at most the largest
+        power of two that divides the slabs, so a tile of 2 slabs in one row group
+        stages rows of a multiple of 8 doubles 2 apart, not 8). None: no spacing fits."""
+        p, c = self.problem, self.config
+        slabs = c.row_groups * c.tile_m
+        max_spacing = min(8, slabs & -slabs) if p.op == "ab" else 8
+        return bulk_layout(p.m, p.n if p.op == "atb" else p.m, p.element_bytes, self.fragment_row_bytes, max_spacing)
 
     @property
     def fragment_row_bytes(self) -> int:
@@ -570,7 +575,8 @@ def dmma_stride(width: int) -> int:
     return next(s for s in range(width, width + 16) if s % 16 in (4, 12))
 
 
-def bulk_layout(m: int, n: int, element_bytes: int = 8, row_bytes: int = 32) -> tuple[int, int, int]:
+def bulk_layout(m: int, n: int, element_bytes: int = 8, row_bytes: int = 32,
+                max_spacing: int = 8) -> tuple[int, int, int] | None:
     """(row spacing s, group stride of A, group stride of B) for bulk-staged DMMA rows
     of doubles or floats (or 16-byte complex elements, Config.gauss: a quarter
     warp's 8 loads of 4 rows x 2 columns then take 8 distinct groups of 4 banks;
@@ -587,13 +593,14 @@ def bulk_layout(m: int, n: int, element_bytes: int = 8, row_bytes: int = 32) -> 
     per row wins, the larger one on a tie (fewer, longer copies): doubles odd
     widths s = 4 unpadded, 2 mod 4 s = 2, 4 mod 8 s = 1, multiples of 8 s = 8
     with 4 elements between groups; floats odd s = 8, 2 mod 4 s = 4, 4 mod 8
-    s = 2, 8 mod 16 s = 1, multiples of 16 s = 8 with 8 between groups."""
+    s = 2, 8 mod 16 s = 1, multiples of 16 s = 8 with 8 between groups. Spacings
+    past ``max_spacing`` are not tried; None where no spacing keeps the alignment."""
     period = 128 // element_bytes
     step = row_bytes // element_bytes
     residues = range(step, period, 2 * step)
     vector = 16 // element_bytes
     best, best_cost = None, None
-    for s in (1, 2, 4, 8):
+    for s in (x for x in (1, 2, 4, 8) if x <= max_spacing):
         if any(s * width % vector for width in (m, n)):
             continue  # groups would not keep the rows' 16-byte alignment
         groups = [next(g for g in range(s * width, s * width + period, vector) if g % period in residues)
@@ -662,7 +669,7 @@ def _bulk_fits(spec: KernelSpec) -> bool:
     if c.wgmma:  # rows unpadded (see smem_stride): the chunk is one span. Padded rows, a bulk copy
         # each, ran float32 24 and 48 at 30 and 52 % on an H200 (performance.md, seventeenth round).
         return wgmma_fragment_vector(p.m) > 0
-    return (p.dtype == "float64" or c.gauss) and c.row_groups * c.tile_m % spec.row_spacing == 0
+    return (p.dtype == "float64" or c.gauss) and spec.layout is not None
 
 
 def validate(spec: KernelSpec) -> None:
@@ -700,9 +707,9 @@ def validate(spec: KernelSpec) -> None:
         errors.append(f"m_panels {c.m_panels} must lie in 1..M for atb and be 1 for ab")
         raise InvalidSpec("; ".join(errors), spec)
     if c.stage_copy == "bulk" and not _bulk_fits(spec):
-        errors.append("bulk stage copies serve DMMA atb (float64, float32), and ab with staged output and no "
-                      "update: float64 DMMA whose passes hold whole groups of 8 x row spacing rows, wgmma with "
-                      "M not a multiple of 32")
+        errors.append("bulk stage copies serve DMMA atb (float64, float32, complex128 by Gauss), and ab with "
+                      "staged output and no update: DMMA (float64, complex128 by Gauss) whose rows some spacing "
+                      "that divides a pass's slabs keeps aligned, wgmma with M not a multiple of 32")
         raise InvalidSpec("; ".join(errors), spec)
     if c.tf32x3 and not (c.mma and p.dtype == "float32"):
         errors.append("tf32x3 applies to float32 with mma")

@@ -19,7 +19,8 @@ from jax_tsmm.codegen.prebuilt import prebuilt_specs
 from jax_tsmm.codegen.model import SHARED_BUDGET, registers_fit
 from jax_tsmm.codegen.emit import _vector_element, _vector_order, dmma_products, kernel_source
 from jax_tsmm.codegen.search import (LARGE_TILE_BLOCKS, ONE_BLOCK_STAGE_BYTES, _dmma_steps, _tensor_use, _usable,
-                                     candidates, flat_candidates, launch_bound_registers, neighbours, occupancy_ok)
+                                     candidates, flat_candidates, is_valid, launch_bound_registers, neighbours,
+                                     occupancy_ok)
 from jax_tsmm.codegen.spec import MAX_REGISTERS, WGMMA_FIXED_REGISTERS, WGMMA_STEP_REGISTERS, wgmma_fragment_vector
 
 DTYPES = ("float32", "float64", "complex64", "complex128")
@@ -296,6 +297,29 @@ def test_gauss_ab_fragments_take_distinct_banks(stage_copy, width):
     for quarter in range(4):
         lanes = range(8 * quarter, 8 * quarter + 8)
         assert len({(lane // 4 * step + lane % 4) % 8 for lane in lanes}) == 8
+
+
+@pytest.mark.parametrize("dtype, gauss", [("float64", False), ("complex128", True)])
+def test_ab_bulk_spacing_divides_the_slabs_of_a_pass(dtype, gauss):
+    """ab's bulk-staged slabs take their rows s apart in groups of s slabs, so the
+    spacing divides the slabs of a pass: the least padding among those spacings (a
+    multiple of 8 doubles pads 4 elements per 8 rows with 8 slabs, per 2 rows with
+    2), and no bulk copies where the rows' alignment needs a spacing the pass cannot
+    hold (odd doubles, an odd number of slabs)."""
+    for width in range(1, 65):
+        for tile_m, row_groups in ((1, 1), (2, 1), (1, 2), (4, 2), (3, 1), (8, 1)):
+            spec = KernelSpec(Problem("ab", dtype, width, 8), Config(
+                tile_m=tile_m, tile_n=1, mapping="blocked", row_groups=row_groups, rows_per_stage=8 * tile_m * row_groups,
+                stages=2, mma=True, gauss=gauss, c_source="global", stage_out=True, stage_copy="bulk", blocks_per_sm=1))
+            if spec.layout is None:
+                assert dtype == "float64" and width % 2 and tile_m * row_groups % 2
+                assert not is_valid(spec)
+                continue
+            assert tile_m * row_groups % spec.row_spacing == 0
+    spec = KernelSpec(Problem("ab", "float64", 64, 8), Config(tile_m=2, tile_n=1, mapping="blocked", row_groups=1,
+                      rows_per_stage=64, stages=2, mma=True, c_source="global", stage_out=True, stage_copy="bulk",
+                      blocks_per_sm=1))
+    assert (spec.row_spacing, spec.group_stride(64)) == (2, 132)
 
 
 def test_gauss_candidates_rank_by_their_tensor_use():
@@ -727,12 +751,14 @@ def test_bulk_ab_slabs_cover_each_pass_once(m, tile_m, row_groups):
     assert len({(r * group + c) % 16 for r in range(4) for c in range(4)}) == 16
 
 
-def test_bulk_ab_needs_whole_groups_staged_output_and_no_update():
+def test_bulk_ab_needs_a_spacing_its_passes_hold_staged_output_and_no_update():
     config = Config(tile_m=2, tile_n=1, mapping="blocked", row_groups=2, rows_per_stage=64, c_source="global",
                     mma=True, stage_out=True, stage_copy="bulk")
     validate(KernelSpec(Problem("ab", "float64", 33, 33), config))
     validate(KernelSpec(Problem("ab", "float64", 40, 33), dataclasses.replace(config, row_groups=4)))
-    for problem, changed in ((Problem("ab", "float64", 40, 33), config),  # groups of 8 rows, passes of 4 slabs
+    validate(KernelSpec(Problem("ab", "float64", 40, 33), config))  # groups of 4 rows, padded: passes of 4 slabs
+    one_slab = dataclasses.replace(config, tile_m=1, row_groups=1, rows_per_stage=64)
+    for problem, changed in ((Problem("ab", "float64", 33, 33), one_slab),  # odd rows keep 16-byte groups in pairs
                              (Problem("ab", "float64", 33, 33, update=True), config),
                              (Problem("ab", "float64", 33, 33), dataclasses.replace(config, stage_out=False)),
                              (Problem("ab", "float32", 33, 33), config)):
@@ -797,17 +823,17 @@ def test_neighbours_of_a_padded_dmma_atb_tile_cover_the_blocks_exactly():
 def test_neighbours_of_a_one_slab_dmma_ab_reach_more_slabs_and_bulk_copies():
     """The model's DMMA kernels for complex128 ab 50 and 51's real views (100 and
     102 wide, one slab of 8 rows a warp, vector copies): the local search reaches
-    two slabs a warp, and bulk copies where the slab rows allow them, in one step
-    each (on an H100 the tuner ended at 50 on one slab with bulk copies, 60.8 %,
-    and at 51 on 8 slabs, 75.8 %, against the model's 49.7 and 46.9 %), and no
-    bulk copies for GPUs without them."""
-    for width, bulk in ((100, True), (102, False)):  # 102's bulk rows come in pairs: two slabs
+    two slabs a warp, and bulk copies (102's one slab takes its rows padded to 108,
+    a spacing of 1), in one step each (on an H100 the tuner ended at 50 on one slab
+    with bulk copies, 60.8 %, and at 51 on 8 slabs, 75.8 %, against the model's
+    49.7 and 46.9 %), and no bulk copies for GPUs without them."""
+    for width in (100, 102):
         problem = Problem("ab", "float64", width, width)
         start = default_config(problem, "sm_90")
         assert (start.mma, start.tile_m, start.stage_copy) == (True, 1, "vector")
         moves = neighbours(problem, start, "sm_90")
         assert any(c.tile_m == 2 and c.stage_copy == "vector" for c in moves)
-        assert any(c.tile_m == 1 and c.stage_copy == "bulk" for c in moves) == bulk
+        assert any(c.tile_m == 1 and c.stage_copy == "bulk" for c in moves)
         assert not any(c.stage_copy == "bulk" for c in neighbours(problem, start, "sm_80"))
 
 

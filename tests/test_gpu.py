@@ -257,19 +257,23 @@ def test_bulk_stage_copies(dtype, m, n, k):
     check_forced(spec, "atb", a, b)
 
 
-@pytest.mark.parametrize("m, n", [(33, 33), (17, 40), (34, 50), (36, 36), (63, 63), (20, 7), (58, 64), (40, 40),
-                                  (64, 8), (8, 24)])
+@pytest.mark.parametrize("m, n, tile_m, row_groups", [
+    *[(m, n, 4, 2) for m, n in [(33, 33), (17, 40), (34, 50), (36, 36), (63, 63), (20, 7), (58, 64), (40, 40),
+                                (64, 8), (8, 24)]],
+    (40, 40, 2, 1), (64, 8, 2, 1), (33, 33, 2, 1), (58, 64, 1, 1),  # spacings capped by the slabs of a pass
+])
 @pytest.mark.parametrize("k", [1, 37, 100_003, 10**6 + 7])
-def test_bulk_stage_copies_ab(m, n, k):
+def test_bulk_stage_copies_ab(m, n, tile_m, row_groups, k):
     """ab with Config.stage_copy = "bulk": A staged by a producer warp with bulk copies
     (unpadded rows read 4, 2 or 1 apart, or 8 apart from groups with padding between
-    them), out leaving each chunk as one bulk store from two buffers in turn, through
-    many rounds of the ring, over batch items of out and A that start off a 16-byte
-    boundary, with a ragged last chunk."""
+    them; with passes of 2 or 1 slabs, at most 2 or 1 apart, padded between groups
+    where that needs it), out leaving each chunk as one bulk store from two buffers
+    in turn, through many rounds of the ring, over batch items of out and A that
+    start off a 16-byte boundary, with a ragged last chunk."""
     rng = np.random.default_rng()
     problem = Problem("ab", "float64", m, n)
-    config = Config(tile_m=4, tile_n=min(2, -(-n // 8)), mapping="blocked", row_groups=2, rows_per_stage=64,
-                    c_source="global", mma=True, stage_out=True, stage_copy="bulk", blocks_per_sm=1)
+    config = Config(tile_m=tile_m, tile_n=min(2, -(-n // 8)), mapping="blocked", row_groups=row_groups,
+                    rows_per_stage=64, c_source="global", mma=True, stage_out=True, stage_copy="bulk", blocks_per_sm=1)
     spec = KernelSpec(problem, config)
     a, c = operands(rng, "ab", "float64", k, m, n, (3,), (1,))
     with _dispatch.forced(spec):
@@ -524,12 +528,13 @@ def test_gauss_path(m, n, tile_m, tile_n, row_groups, stage_copy, lone_transpose
 
 
 GAUSS_AB_CASES = [  # M, N, tile_m, tile_n, row_groups, stage_copy, stage_out: bulk rows 1 apart (52), 2 apart (50),
-    # 4 apart (odd) and in padded groups of 8 (48); vector rows padded to 4 mod 8 elements; a lone slab (m8n8k4);
+    # 4 apart (odd) and in padded groups of 8 or, with 2 slabs a pass, of 2 (48); vector rows padded to 4 mod 8 elements; a lone slab (m8n8k4);
     # a ragged last k-step (M not a multiple of 4); N past the warps' last block; several blocks a warp
     (52, 52, 1, 1, 2, "bulk", True),
     (50, 50, 2, 1, 1, "bulk", True),
     (57, 57, 4, 1, 1, "bulk", True),
     (48, 16, 4, 1, 2, "bulk", True),
+    (48, 40, 2, 1, 1, "bulk", True),
     (53, 53, 2, 1, 1, "vector", False),
     (61, 40, 3, 1, 1, "vector", True),
     (13, 48, 1, 2, 1, "vector", False),
