@@ -68,6 +68,8 @@ def _tsmm_shape(shape: str, args, ceilings: dict):
     entry = _dispatch.tuned(_dispatch.problem_key(problem), k, _cuda.arch(), _cuda.device_kind())
     if args.tuned and entry is not None and entry["config"] is not None:
         base = Config(**entry["config"])
+        if entry.get("real_view"):  # a complex problem's kernel on its real view: vary that kernel
+            problem = _dispatch.real_view_problem(problem)
     sets = bench.operand_sets(op, np.dtype(dtype), m, n, k, seed=m * 1000 + n)
     roof = bench.roofline_seconds(op, np.dtype(dtype), m, n, k, ceilings)
 
