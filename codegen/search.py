@@ -127,7 +127,7 @@ def _mma_candidates(problem: Problem, arch: str) -> dict[Config, float]:
             continue  # a deep ring serves one block of bulk copies only (nothing else keeps it full)
         if gauss and not atb and tile_m != 2:
             continue  # Gauss's ab: each of the 15 winners on an H200 and an H100 was a pair of slabs
-            # (one m16n8k4 per block and sum, registers for 12+ warps); 1, 3 and 4 slabs ran 2-16
+            # (one m16n8k4 per block and sum, registers for 12+ warps); 1, 3 and 4 slabs ran 3-16
             # points slower (performance.md, thirty-fifth round)
         one_block = stage_bytes == ONE_BLOCK_STAGE_BYTES
         if one_block and not (stage_copy == "bulk" and blocks == 1 and stages == 2):
