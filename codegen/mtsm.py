@@ -43,7 +43,7 @@ from dataclasses import dataclass
 from .abi import PRELUDE
 from .emit import _STAGE_COPY, _Arith, dmma_products, tf32_partial_sums, tf32_products
 from .spec import (DTYPES, MAX_REGISTERS, MAX_SHARED_BYTES, MAX_THREADS, MMA_DTYPES, VECTOR_BYTES, ElementType,
-                   InvalidSpec, dmma_float_stride, dmma_stride)
+                   InvalidSpec, fragment_stride)
 
 MAX_N = 64
 SM_SHARED_BYTES = 228 * 1024  # per SM on Hopper, of which 1 KiB per block is reserved
@@ -202,11 +202,8 @@ class MtsmSpec:
 
     def _fragment_stride(self, width: int, layout: str) -> int:
         """A DMMA operand's staged row stride: ``layout`` "atb" for fragments of 4
-        rows x 8 columns, "ab" for 8 rows x 4 columns (floats only; doubles take
-        dmma_stride either way)."""
-        if self.problem.dtype == "float64":
-            return dmma_stride(width)
-        return dmma_float_stride(width, layout)
+        rows x 8 columns, "ab" for 8 rows x 4 columns (fragment_stride)."""
+        return fragment_stride(width, self.problem.element_bytes, layout)
 
     @property
     def stage_bytes(self) -> int:

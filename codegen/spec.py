@@ -375,14 +375,7 @@ class KernelSpec:
         p, c = self.problem, self.config
         slabs = c.row_groups * c.tile_m
         max_spacing = min(8, slabs & -slabs) if p.op == "ab" else 8
-        return bulk_layout(p.m, p.n if p.op == "atb" else p.m, p.element_bytes, self.fragment_row_bytes, max_spacing)
-
-    @property
-    def fragment_row_bytes(self) -> int:
-        """Bytes of one staged row that a phase of a DMMA fragment load reads: 4
-        elements of 8 bytes or fewer (half warps), Gauss's 16-byte complex elements
-        by quarter warps: atb's 2 columns of 4 rows (32 bytes), ab's 4 of 2 (64)."""
-        return 64 if self.config.gauss and self.problem.op == "ab" else 32
+        return bulk_layout(p.m, p.n if p.op == "atb" else p.m, p.element_bytes, p.op, max_spacing)
 
     @property
     def row_spacing(self) -> int:
@@ -421,19 +414,15 @@ class KernelSpec:
         """Elements between staged rows of an operand of this width (within a group of
         row_spacing rows). FMA tiles read one column of many rows: an odd stride.
         DMMA fragments read 4 rows x 8 columns (atb) or 8 rows x 4 columns (ab's A):
-        strides that put every lane of a request in its own bank (see dmma_stride,
-        dmma_float_stride); bulk-staged rows are unpadded (see group_stride)."""
+        strides that put every lane of a request in its own bank (see
+        fragment_stride); bulk-staged rows are unpadded (see group_stride)."""
         p = self.problem
         if self.bulk:
             return width
         if self.config.wgmma:  # unpadded but for multiples of 8 (see wgmma_row_spacing)
             return width if width % 8 else width + 4
-        if self.config.gauss and p.op == "atb":  # a 16-byte complex element spans two doubles: dmma_stride's rule
-            return dmma_stride(2 * width) // 2
-        if self.config.gauss:  # ab: a quarter warp's 2 rows x 4 elements, 64 bytes each, in distinct halves
-            return next(s for s in range(width, width + 8) if s % 8 == 4)
         if self.config.mma:
-            return dmma_stride(width) if p.real_type == "double" else dmma_float_stride(width, p.op)
+            return fragment_stride(width, p.element_bytes, p.op)
         return width + 1 if self.config.padded and width % 2 == 0 else width
 
     def group_stride(self, width: int) -> int:
@@ -569,26 +558,45 @@ class KernelSpec:
         return f"tsmm_{op}_{p.dtype}_m{p.m}_n{p.n}_{digest}"
 
 
-def dmma_stride(width: int) -> int:
-    """The narrowest row stride >= width that is 4 or 12 modulo 16 doubles: a DMMA
-    fragment's 4 rows x 8 columns then hit 32 distinct 4-byte banks per half warp."""
-    return next(s for s in range(width, width + 16) if s % 16 in (4, 12))
+def fragment_row_bytes(element_bytes: int, op: str) -> int:
+    """Bytes of one staged row that a phase of a DMMA (or 3xTF32) fragment load reads.
+    A warp's loads of 4, 8 or 16 bytes are served in phases of 128 bytes (the whole
+    warp, half warps, quarter warps). atb's fragments take lane % 4 as the row, so a
+    phase reads 4 rows of 32 bytes (8 floats, 4 doubles, 2 complex elements); ab's A
+    takes lane / 4 as the row and lane % 4 as the column, 4 elements of each row."""
+    return 4 * element_bytes if op == "ab" else 32
 
 
-def bulk_layout(m: int, n: int, element_bytes: int = 8, row_bytes: int = 32,
+def _bank_residues(element_bytes: int, op: str) -> range:
+    """Row offsets, in elements modulo the 128 bytes that span the 32 banks, that put
+    each row a phase reads in banks of its own: odd multiples of fragment_row_bytes
+    (doubles 4 or 12 modulo 16; floats 8 or 24 modulo 32 for atb, 4 modulo 8 for ab;
+    complex 2 or 6 modulo 8 for atb, 4 for ab)."""
+    period = 128 // element_bytes
+    step = fragment_row_bytes(element_bytes, op) // element_bytes
+    return range(step, period, 2 * step)
+
+
+def fragment_stride(width: int, element_bytes: int, op: str) -> int:
+    """The narrowest row stride >= width of staged rows that DMMA fragments read
+    with ``op``'s layout, every lane of a phase in its own banks (_bank_residues)."""
+    period = 128 // element_bytes
+    residues = _bank_residues(element_bytes, op)
+    return next(s for s in range(width, width + period) if s % period in residues)
+
+
+def bulk_layout(m: int, n: int, element_bytes: int = 8, op: str = "atb",
                 max_spacing: int = 8) -> tuple[int, int, int] | None:
     """(row spacing s, group stride of A, group stride of B) for bulk-staged DMMA rows
-    of doubles or floats (or 16-byte complex elements, Config.gauss: a quarter
-    warp's 8 loads of 4 rows x 2 columns then take 8 distinct groups of 4 banks;
-    ab's 2 rows x 4 columns, ``row_bytes`` 64, 2 distinct halves of the banks).
-    A DMMA step takes rows r, r+s, r+2s, r+3s (the sum over rows does not care
-    which). Staged rows lie in groups of s, each an unpadded
+    of doubles or floats (or 16-byte complex elements, Config.gauss) that fragments
+    read with ``op``'s layout. A DMMA step takes rows r, r+s, r+2s, r+3s (the sum
+    over rows does not care which; ab's slab, 8 rows s apart). Staged rows lie in
+    groups of s, each an unpadded
     span (one bulk copy; the whole chunk is one span where the groups need no
-    padding between them), so a fragment's 4 rows x 8 columns sit a group stride
-    apart and hit distinct banks when that stride is an odd multiple of the
-    ``row_bytes`` of a row that one request phase reads, modulo the 128 bytes
-    that span the 32 banks: a quarter or three quarters (4 or 12 modulo 16
-    doubles, read by half warps; 8 or 24 modulo 32 floats). Group strides stay whole vectors, so
+    padding between them), so a fragment's rows sit a group stride apart and hit
+    distinct banks when that stride is one of _bank_residues (a quarter or three
+    quarters of the banks for atb: 4 or 12 modulo 16 doubles, read by half warps;
+    8 or 24 modulo 32 floats). Group strides stay whole vectors, so
     every group keeps the operand's alignment. The spacing with the least padding
     per row wins, the larger one on a tie (fewer, longer copies): doubles odd
     widths s = 4 unpadded, 2 mod 4 s = 2, 4 mod 8 s = 1, multiples of 8 s = 8
@@ -596,8 +604,7 @@ def bulk_layout(m: int, n: int, element_bytes: int = 8, row_bytes: int = 32,
     s = 2, 8 mod 16 s = 1, multiples of 16 s = 8 with 8 between groups. Spacings
     past ``max_spacing`` are not tried; None where no spacing keeps the alignment."""
     period = 128 // element_bytes
-    step = row_bytes // element_bytes
-    residues = range(step, period, 2 * step)
+    residues = _bank_residues(element_bytes, op)
     vector = 16 // element_bytes
     best, best_cost = None, None
     for s in (x for x in (1, 2, 4, 8) if x <= max_spacing):
@@ -640,14 +647,6 @@ def wgmma_fragment_vector(m: int) -> int:
     modulo 32 (8-byte loads) or 16 modulo 32 (16-byte). 0: no such vector (multiples
     of 32, whose rows all start in bank 0)."""
     return {8: 2, 24: 2, 16: 4}.get(m % 32, 0) if m % 8 == 0 else 1
-
-
-def dmma_float_stride(width: int, op: str) -> int:
-    """The narrowest row stride >= width for fragments read from staged floats, one
-    4-byte bank per lane of the warp: atb's 4 rows x 8 columns need rows 8 or 24
-    banks apart (modulo 32), ab's 8 rows x 4 columns rows an odd multiple of 4."""
-    fits = (lambda s: s % 32 in (8, 24)) if op == "atb" else (lambda s: s % 8 == 4)
-    return next(s for s in range(width, width + 32) if fits(s))
 
 
 def _ceil_div(x: int, y: int) -> int:
