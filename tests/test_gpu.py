@@ -528,8 +528,9 @@ def test_gauss_path(m, n, tile_m, tile_n, row_groups, stage_copy, lone_transpose
 
 
 GAUSS_AB_CASES = [  # M, N, tile_m, tile_n, row_groups, stage_copy, stage_out: bulk rows 1 apart (52), 2 apart (50),
-    # 4 apart (odd) and in padded groups of 8 or, with 2 slabs a pass, of 2 (48); vector rows padded to 4 mod 8 elements; a lone slab (m8n8k4);
-    # a ragged last k-step (M not a multiple of 4); N past the warps' last block; several blocks a warp
+    # 4 apart (odd) and in padded groups of 8 or, with 2 slabs a pass, of 2 (48); vector rows padded to 4 mod 8
+    # elements; a lone slab (m8n8k4); a ragged last k-step (M not a multiple of 4); N past the warps' last block;
+    # several blocks a warp
     (52, 52, 1, 1, 2, "bulk", True),
     (50, 50, 2, 1, 1, "bulk", True),
     (57, 57, 4, 1, 1, "bulk", True),
