@@ -242,21 +242,33 @@ def test_gauss_serves_complex128_on_dmma_only(problem, change):
 
 @pytest.mark.parametrize("width", range(1, 65))
 @pytest.mark.parametrize("stage_copy", ["vector", "bulk"])
-def test_gauss_fragments_take_distinct_banks(stage_copy, width):
-    """Gauss reads staged complex128 elements (16 bytes) into DMMA fragments, 4 rows x 8
-    columns a warp, served by quarter warps (8 lanes: the 4 rows x 2 columns): each
-    quarter's elements take 8 distinct groups of 4 banks, in rows padded to the
-    narrowest such stride (vector copies) or in bulk groups whose stride does it."""
-    problem = Problem("atb", "complex128", width, width)
-    blocks = -(-width // 8)
-    spec = KernelSpec(problem, Config(tile_m=min(4, blocks), tile_n=min(2, blocks), mapping="blocked", row_groups=1,
-                                      rows_per_stage=32, mma=True, gauss=True, stage_copy=stage_copy, blocks_per_sm=1))
+@pytest.mark.parametrize("op", ["atb", "ab"])
+def test_gauss_fragments_take_distinct_banks(op, stage_copy, width):
+    """Gauss reads staged complex128 elements (16 bytes) into DMMA fragments, served by
+    quarter warps (8 lanes): atb's 4 rows x 8 columns a warp (lane % 4 the row, a
+    quarter's 4 rows x 2 columns), ab's A 8 rows x 4 columns (lane / 4 the row, a
+    quarter's 2 rows x 4 columns, 64 bytes a row). Each quarter's elements take 8
+    distinct groups of 4 banks, in rows padded to the narrowest such stride (vector
+    copies) or in bulk groups whose stride does it, the rows unpadded within a group."""
+    if op == "atb":
+        blocks = -(-width // 8)
+        spec = KernelSpec(Problem("atb", "complex128", width, width), Config(
+            tile_m=min(4, blocks), tile_n=min(2, blocks), mapping="blocked", row_groups=1, rows_per_stage=32,
+            mma=True, gauss=True, stage_copy=stage_copy, blocks_per_sm=1))
+    else:
+        spec = KernelSpec(Problem("ab", "complex128", width, 8), Config(  # A's rows are M wide
+            tile_m=2, tile_n=1, mapping="blocked", row_groups=4, rows_per_stage=64, stages=2, mma=True, gauss=True,
+            c_source="global", stage_out=True, stage_copy=stage_copy, blocks_per_sm=1))
     validate(spec)
     step = spec.group_stride(width) if stage_copy == "bulk" else spec.smem_stride(width)  # between fragment rows
     assert width <= spec.smem_stride(width) <= width + 8
+    if stage_copy == "bulk":
+        assert spec.smem_stride(width) == width and spec.row_spacing * width <= step < spec.row_spacing * width + 8
+    row, column = (lambda lane: lane % 4, lambda lane: lane // 4) if op == "atb" else \
+        (lambda lane: lane // 4, lambda lane: lane % 4)
     for quarter in range(4):
         lanes = range(8 * quarter, 8 * quarter + 8)
-        assert len({(lane % 4 * step + lane // 4) % 8 for lane in lanes}) == 8
+        assert len({(row(lane) * step + column(lane)) % 8 for lane in lanes}) == 8
 
 
 def test_gauss_candidates_for_complex128_within_their_launch_bounds():
@@ -277,28 +289,6 @@ def test_gauss_candidates_for_complex128_within_their_launch_bounds():
     for problem in (Problem("ab", "complex128", 57, 57, update=True), Problem("atb", "complex64", 57, 57),
                     Problem("atb", "float64", 57, 57)):
         assert not any(c.gauss for c in candidates(problem, 64))
-
-
-@pytest.mark.parametrize("width", range(1, 65))
-@pytest.mark.parametrize("stage_copy", ["vector", "bulk"])
-def test_gauss_ab_fragments_take_distinct_banks(stage_copy, width):
-    """Gauss's ab reads staged complex128 elements (16 bytes) into DMMA A fragments, 8
-    rows x 4 columns a warp, served by quarter warps (8 lanes: 2 rows x 4 columns,
-    64 bytes a row): each quarter's elements take 8 distinct groups of 4 banks, in
-    rows padded to the narrowest such stride (vector copies) or in bulk groups whose
-    stride does it, the rows unpadded within a group."""
-    problem = Problem("ab", "complex128", width, 8)  # A's rows are M wide
-    spec = KernelSpec(problem, Config(tile_m=2, tile_n=1, mapping="blocked", row_groups=4, rows_per_stage=64,
-                                      stages=2, mma=True, gauss=True, c_source="global", stage_out=True,
-                                      stage_copy=stage_copy, blocks_per_sm=1))
-    validate(spec)
-    step = spec.group_stride(width) if stage_copy == "bulk" else spec.smem_stride(width)  # between fragment rows
-    assert width <= spec.smem_stride(width) <= width + 8
-    if stage_copy == "bulk":
-        assert spec.smem_stride(width) == width and spec.row_spacing * width <= step < spec.row_spacing * width + 8
-    for quarter in range(4):
-        lanes = range(8 * quarter, 8 * quarter + 8)
-        assert len({(lane // 4 * step + lane % 4) % 8 for lane in lanes}) == 8
 
 
 @pytest.mark.parametrize("dtype, gauss", [("float64", False), ("complex128", True)])
