@@ -7,7 +7,9 @@
 
 First measures this GPU's ceilings (read-only and copy bandwidth with the
 package's own streaming kernels; FP64/FP32 peak with a large XLA matmul), then
-times every shape for both libraries in one run. Each call streams tall
+times every shape for both libraries in one run and prints, for each, the time
+per call, the bandwidth (``moved_bytes``, the bytes a call moves at the least,
+over that time) and the % of roofline. Each call streams tall
 matrices of at least 1 GiB (far larger than L2; at most 8 GiB, so the narrower
 is smaller where the widths are more than 8 apart), rotating between two input
 sets (more for smaller operands: ``set_count``); times are medians of several
@@ -185,18 +187,20 @@ def _random(key, shape, dtype):
     return jax.random.normal(key, shape, dtype)
 
 
+def moved_bytes(op: str, dtype, m: int, n: int, k: int) -> int:
+    """The bytes a call moves at the least, each operand and the result once: atb
+    reads A and B and writes M x N, ab reads A and C and writes K x N, ab_update
+    reads Q, C and V and writes V."""
+    tall_columns = m + 2 * n if op == "ab_update" else m + n
+    return (k * tall_columns + m * n) * np.dtype(dtype).itemsize
+
+
 def roofline_seconds(op: str, dtype, m: int, n: int, k: int, ceilings: dict) -> float:
-    itemsize = np.dtype(dtype).itemsize
     complex_factor = 4 if jnp.issubdtype(dtype, jnp.complexfloating) else 1
     flops = 2 * complex_factor * k * m * n
     peak = ceilings["peak_flops"][np.dtype(dtype).name]
-    if op == "atb":
-        memory = (k * (m + n) + m * n) * itemsize / ceilings["read_bytes_per_s"]
-    elif op == "ab":
-        memory = (k * (m + n) + m * n) * itemsize / ceilings["copy_bytes_per_s"]
-    else:  # ab_update: reads Q and V, writes V
-        memory = (k * (m + 2 * n) + m * n) * itemsize / ceilings["copy_bytes_per_s"]
-    return max(memory, flops / peak)
+    bandwidth = ceilings["read_bytes_per_s" if op == "atb" else "copy_bytes_per_s"]
+    return max(moved_bytes(op, dtype, m, n, k) / bandwidth, flops / peak)
 
 
 def operations(op: str):
@@ -277,7 +281,7 @@ def bench_shape(op: str, dtype, m: int, n: int, k: int, ceilings: dict, model: b
         "op": op, "dtype": np.dtype(dtype).name, "M": m, "N": n, "K": k,
         "config": dataclasses.asdict(spec.config) if spec else None,
         "real_view": spec is not None and _dispatch.is_real_view(spec, dtype),
-        "tsmm_s": ours_s, "xla_s": xla_s,
+        "bytes": moved_bytes(op, dtype, m, n, k), "tsmm_s": ours_s, "xla_s": xla_s,
         "tsmm_pct": 100 * best / ours_s, "xla_pct": 100 * best / xla_s,
         "speedup": xla_s / ours_s,
     }
@@ -286,12 +290,15 @@ def bench_shape(op: str, dtype, m: int, n: int, k: int, ceilings: dict, model: b
 # --- mtsm: a large dense A times a tall & skinny X ------------------------------------
 
 
+def mtsm_moved_bytes(dtype, m: int, n: int, k: int) -> int:
+    """One read of A and X (the result is small)."""
+    return (m * k + k * n) * np.dtype(dtype).itemsize
+
+
 def mtsm_roofline_seconds(dtype, m: int, n: int, k: int, ceilings: dict) -> float:
-    """One read of A and X (the result is small) at the read ceiling, or the FLOP
-    peak where that binds."""
-    itemsize = np.dtype(dtype).itemsize
+    """One read of A and X at the read ceiling, or the FLOP peak where that binds."""
     complex_factor = 4 if jnp.issubdtype(dtype, jnp.complexfloating) else 1
-    memory = (m * k + k * n) * itemsize / ceilings["read_bytes_per_s"]
+    memory = mtsm_moved_bytes(dtype, m, n, k) / ceilings["read_bytes_per_s"]
     flops = 2 * complex_factor * m * n * k
     return max(memory, flops / ceilings["peak_flops"][np.dtype(dtype).name])
 
@@ -341,7 +348,7 @@ def mtsm_rows(dtypes, ceilings: dict, model: bool = False) -> list[dict]:
                         "op": MTSM_OPS[transpose_a], "dtype": np.dtype(dtype).name,
                         "M": size, "N": width, "K": size,
                         "config": dataclasses.asdict(spec.config) if spec else None,
-                        "tsmm_s": ours_s, "xla_s": xla_s,
+                        "bytes": mtsm_moved_bytes(dtype, size, width, size), "tsmm_s": ours_s, "xla_s": xla_s,
                         "tsmm_pct": 100 * best / ours_s, "xla_pct": 100 * best / xla_s,
                         "speedup": xla_s / ours_s,
                     }
@@ -384,11 +391,17 @@ def kernel_label(row: dict) -> str:
     return label + (", real view" if row.get("real_view") else "")
 
 
+def gigabytes_per_s(row: dict, library: str) -> float:
+    """The bytes a row's call moves at the least over ``library``'s ("tsmm" or "xla") time."""
+    return row["bytes"] / row[f"{library}_s"] / 1e9
+
+
 def _print_row(row: dict) -> None:
     print(
         f"{row['op']:>6} {row['dtype']:>10} {row['M']:>3}x{row['N']:<3} K={row['K']:>10}  "
-        f"tsmm {row['tsmm_s'] * 1e3:8.3f} ms {row['tsmm_pct']:5.1f}%   "
-        f"xla {row['xla_s'] * 1e3:8.3f} ms {row['xla_pct']:5.1f}%   x{row['speedup']:.2f}   ({kernel_label(row)})",
+        f"tsmm {row['tsmm_s'] * 1e3:8.3f} ms {gigabytes_per_s(row, 'tsmm'):5.0f} GB/s {row['tsmm_pct']:5.1f}%   "
+        f"xla {row['xla_s'] * 1e3:8.3f} ms {gigabytes_per_s(row, 'xla'):5.0f} GB/s {row['xla_pct']:5.1f}%   "
+        f"x{row['speedup']:.2f}   ({kernel_label(row)})",
         flush=True,
     )
 
@@ -429,14 +442,14 @@ def markdown(report: dict) -> str:
         f"{c['read_bytes_per_s'] / 1e9:.0f} GB/s, copy {c['copy_bytes_per_s'] / 1e9:.0f} GB/s, "
         f"FP64 {c['peak_flops']['float64'] / 1e12:.1f} TFLOP/s, FP32 {c['peak_flops']['float32'] / 1e12:.1f} TFLOP/s.",
         "",
-        "| op | dtype | M | N | K | kernel | jax_tsmm ms | % roofline | XLA ms | XLA % | speedup |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "| op | dtype | M | N | K | kernel | jax_tsmm ms | GB/s | % roofline | XLA ms | XLA GB/s | XLA % | speedup |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in report["rows"] + report["k_sweep"]:
         lines.append(
             f"| {r['op']} | {r['dtype']} | {r['M']} | {r['N']} | {r['K']} | {kernel_label(r)} | "
-            f"{r['tsmm_s'] * 1e3:.3f} | {r['tsmm_pct']:.1f} | {r['xla_s'] * 1e3:.3f} | {r['xla_pct']:.1f} | "
-            f"{r['speedup']:.2f} |"
+            f"{r['tsmm_s'] * 1e3:.3f} | {gigabytes_per_s(r, 'tsmm'):.0f} | {r['tsmm_pct']:.1f} | "
+            f"{r['xla_s'] * 1e3:.3f} | {gigabytes_per_s(r, 'xla'):.0f} | {r['xla_pct']:.1f} | {r['speedup']:.2f} |"
         )
     return "\n".join(lines) + "\n"
 

@@ -13,7 +13,7 @@ from jax_tsmm.codegen import Config
 def _row(config: Config | None, real_view: bool = False) -> dict:
     return {"op": "ab", "dtype": "float32", "M": 40, "N": 40, "K": 1 << 22,
             "config": dataclasses.asdict(config) if config else None, "real_view": real_view,
-            "tsmm_s": 1e-3, "xla_s": 2e-3, "tsmm_pct": 90.0, "xla_pct": 45.0, "speedup": 2.0}
+            "bytes": 3 << 30, "tsmm_s": 1e-3, "xla_s": 2e-3, "tsmm_pct": 90.0, "xla_pct": 45.0, "speedup": 2.0}
 
 
 def test_markdown_names_the_kernel_of_each_row():
@@ -37,6 +37,27 @@ def test_markdown_names_the_kernel_of_each_row():
     assert "| kernel |" in table[2]
     for line, (_, label) in zip(table[4:], rows):
         assert line.split(" | ")[5] == label
+
+
+def test_rows_report_each_librarys_bandwidth():
+    """Each row prints and tabulates time, GB/s and % of roofline for both libraries
+    (issue 4). The bytes are those the memory roofline divides by its ceiling: at a
+    memory-bound shape, GB/s over the ceiling is the % of roofline."""
+    ceilings = {"read_bytes_per_s": 4e12, "copy_bytes_per_s": 3e12, "peak_flops": {"float64": 1e15}}
+    for op, m, n, k, elements, bandwidth in [("atb", 3, 7, 1000, 1000 * 10 + 21, 4e12),
+                                             ("ab", 3, 7, 1000, 1000 * 10 + 21, 3e12),
+                                             ("ab_update", 3, 7, 1000, 1000 * 17 + 21, 3e12)]:
+        assert bench.moved_bytes(op, np.float64, m, n, k) == 8 * elements
+        assert bench.roofline_seconds(op, np.float64, m, n, k, ceilings) == 8 * elements / bandwidth
+    assert bench.mtsm_moved_bytes(np.float32, 100, 2, 300) == 4 * (100 * 300 + 300 * 2)
+
+    row = _row(None)
+    assert bench.gigabytes_per_s(row, "tsmm") == (3 << 30) / 1e-3 / 1e9
+    report = {"device": "GPU", "jax": "0.10", "date": "2026-11-26", "k_sweep": [], "rows": [row],
+              "ceilings": {**ceilings, "peak_flops": {"float64": 1e15, "float32": 1e15}}}
+    header, _, line = bench.markdown(report).splitlines()[2:5]
+    cells = dict(zip(header.strip("| ").split(" | "), line.strip("| ").split(" | ")))
+    assert (cells["GB/s"], cells["XLA GB/s"], cells["% roofline"]) == ("3221", "1611", "90.0")
 
 
 def test_summary_states_the_targets_per_shape_set():
