@@ -9,7 +9,9 @@
 
 For each (op, dtype, M, N) and each K range, the candidates of
 ``codegen.search`` (pruned by hardware limits, occupancy and a register-reuse
-model) are compiled in parallel, then timed on the same inputs as XLA's dot.
+model) are compiled in parallel, then timed on the same inputs as XLA's dot,
+each in the bench's jitted loops (``bench.seconds_per_call``: called as
+dispatch calls it, under the same clock as XLA).
 Beside them compete dispatch's kernel before the run, its kernels on the
 architecture's other GPU models, and the fastest winners at nearby tuned widths
 (``nearby_winners``); ``--refine`` rounds of local search then time the
