@@ -11,7 +11,8 @@
 # compare ARGS (repeatable; scripts/compare_configs.py), tune ARGS, profile SHAPES
 # and profile_xla SHAPES (Nsight Compute, with the pipes' utilization and the
 # instruction mix; scripts/profile_kernels.py), durations
-# SHAPES (each of our kernels' time on the GPU alone, by Nsight Compute).
+# SHAPES (each of our kernels' time on the GPU alone, by Nsight Compute), jit_timing
+# SHAPES (scripts/jit_timing.py: the bench's timing against plain jitted calls).
 # A JAX_TSMM_CACHE_DIR set by the caller is kept: a carried kernel cache, e.g. from
 # `python -m jax_tsmm.tune --compile-only` here (docs/performance.md, Method).
 # DEADLINE=S, the call's time limit in seconds: a tune step ends DEADLINE_MARGIN
@@ -55,6 +56,7 @@ for item in "$@"; do
     bench)  # bench, bench2, ...: one JSON, Markdown and PNG each
       benches=$((benches + 1)); [ $benches -gt 1 ] && name=bench$benches
       step $name python3 -m jax_tsmm.bench $args --json "$OUT/$name.json" --plot "$OUT/$name.png" ;;
+    jit_timing) step jit_timing python3 scripts/jit_timing.py $args --json "$OUT/jit_timing.json" ;;
     compare)  # compare, compare2, ...: one JSON each
       compares=$((compares + 1)); [ $compares -gt 1 ] && name=compare$compares
       step $name python3 scripts/compare_configs.py $args --json "$OUT/$name.json" ;;
