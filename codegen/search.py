@@ -22,8 +22,11 @@ STAGE_BYTES = (8 * 1024, 16 * 1024, 32 * 1024)
 # atb with bulk copies: one block per SM with two stages this large (about 256 rows
 # of 2 x 44 floats). On an H200 (2026-11-24) such kernels ran float32 atb at 34..56
 # 5-22 points above the search's best-scored ones (performance.md, fourteenth
-# round), so ONE_BLOCK_BONUS ranks them ahead.
-ONE_BLOCK_STAGE_BYTES = 96 * 1024
+# round), so ONE_BLOCK_BONUS ranks them ahead. Gauss's ab too: 13 of its 19
+# winners on an H200 and an H100 (2026-11-26) are one block of 48-row stages of
+# 66-100 KiB (A's rows and out's), which the smaller stages never proposed
+# (thirty-sixth round); two of 104 KiB hold 48 rows up to 64 wide.
+ONE_BLOCK_STAGE_BYTES = {"atb": 96 * 1024, "ab": 104 * 1024}
 ONE_BLOCK_BONUS = 1.3
 WGMMA_BULK_BONUS = 2  # the wgmma ab kernels' bulk copies against their vector ones (_wgmma_candidates)
 WAVES = 8
@@ -105,9 +108,9 @@ def _mma_candidates(problem: Problem, arch: str) -> dict[Config, float]:
     products); DMMA atb tiles with a lone block of M also with it transposed
     (Config.lone_transposed), ranked up by the tensor steps it saves; also with bulk
     stage copies where the GPU has them
-    (validate keeps the layouts that allow them), atb's bulk ones also as one block
-    per SM with two stages of ONE_BLOCK_STAGE_BYTES, and ab's bulk ones also in
-    WAVES waves of blocks (a launch parameter the measurement decides)."""
+    (validate keeps the layouts that allow them), atb's and Gauss's ab's bulk ones
+    also as one block per SM with two stages of ONE_BLOCK_STAGE_BYTES, and ab's bulk
+    ones also in WAVES waves of blocks (a launch parameter the measurement decides)."""
     found, valid = {}, {}
     atb = problem.op == "atb"
     bulk = has_bulk_copies(arch)
@@ -117,7 +120,21 @@ def _mma_candidates(problem: Problem, arch: str) -> dict[Config, float]:
                                        c_source="global"))
     row_bytes = (probe.smem_stride(problem.m) + (probe.smem_stride(problem.n) if atb else 0)) * problem.element_bytes
     out_row_bytes = problem.n * problem.element_bytes
-    stage_sizes = STAGE_BYTES + ((ONE_BLOCK_STAGE_BYTES,) if atb and bulk else ())
+    ab_bulk_row_bytes = {}
+
+    def staged_row_bytes(slabs: int, stage_copy: str) -> float:
+        """Shared bytes a staged row takes: padded rows, but ab's bulk rows lie in groups
+        of their pass's spacing, padded between groups alone (KernelSpec.layout)."""
+        if atb or stage_copy != "bulk":
+            return row_bytes
+        if slabs not in ab_bulk_row_bytes:
+            layout = KernelSpec(problem, Config(tile_m=slabs, row_groups=1, mma=True, gauss=gauss,
+                                                stage_copy="bulk")).layout
+            ab_bulk_row_bytes[slabs] = layout[1] / layout[0] * problem.element_bytes if layout else row_bytes
+        return ab_bulk_row_bytes[slabs]
+
+    one_block_bytes = ONE_BLOCK_STAGE_BYTES[problem.op]
+    stage_sizes = STAGE_BYTES + ((one_block_bytes,) if bulk and (atb or gauss) else ())
     edge_options = (False, True) if atb and not gauss and min(problem.m, problem.n) >= 8 \
         and (problem.m % 8 or problem.n % 8) else (False,)
     for tile_m, tile_n, row_groups, stage_bytes, stages, blocks, stage_out, stage_copy, tf32x3, fma_edges in \
@@ -129,14 +146,15 @@ def _mma_candidates(problem: Problem, arch: str) -> dict[Config, float]:
             continue  # Gauss's ab: each of the 15 winners on an H200 and an H100 was a pair of slabs
             # (one m16n8k4 per block and sum, registers for 12+ warps); 1, 3 and 4 slabs ran 3-16
             # points slower (performance.md, thirty-fifth round)
-        one_block = stage_bytes == ONE_BLOCK_STAGE_BYTES
+        one_block = stage_bytes == one_block_bytes
         if one_block and not (stage_copy == "bulk" and blocks == 1 and stages == 2):
             continue
         if tile_m * tile_n > (LARGE_TILE_BLOCKS if tf32x3 and one_block else TILE_BLOCKS):
             continue
         per_pass = KernelSpec(problem, Config(row_groups=row_groups, mma=True, tf32x3=tf32x3, gauss=gauss,
                                               stage_copy=stage_copy)).rows_per_pass if atb else 8 * tile_m * row_groups
-        rows = max(per_pass, stage_bytes // (row_bytes + stage_out * out_row_bytes) // per_pass * per_pass)
+        staged_bytes = staged_row_bytes(tile_m * row_groups, stage_copy) + stage_out * out_row_bytes
+        rows = max(per_pass, int(stage_bytes // staged_bytes) // per_pass * per_pass)
         config = Config(tile_m=tile_m, tile_n=tile_n, mapping="blocked", row_groups=row_groups,
                         rows_per_stage=rows, stages=stages, unroll=2 if atb else 1, mma=True, tf32x3=tf32x3,
                         gauss=gauss, c_source="shared" if atb else "global", stage_out=stage_out, stage_copy=stage_copy,

@@ -469,8 +469,25 @@ def test_atb_search_offers_one_block_of_large_stages_with_bulk_copies():
             spec = KernelSpec(problem, config)
             validate(spec)
             assert (config.stage_copy, config.blocks_per_sm, config.stages) == ("bulk", 1, 2)
-            assert spec.stage_bytes <= ONE_BLOCK_STAGE_BYTES and occupancy_ok(spec)
+            assert spec.stage_bytes <= ONE_BLOCK_STAGE_BYTES["atb"] and occupancy_ok(spec)
         assert not any(large(problem, c) for c in candidates(problem, 64, "sm_80"))
+
+
+def test_gauss_ab_search_offers_one_block_of_large_stages():
+    """Gauss's ab with bulk copies: one block per SM with two stages of 48 rows or
+    more (A's, in the groups of the pair's spacing, and out's) among the first
+    candidates, the shape of 13 of its 19 winners on an H200 and an H100; the rows
+    count A's grouped layout, not padded rows (61: 48 rows, not 32)."""
+    for width in (52, 59, 61, 64):
+        problem = Problem("ab", "complex128", width, width)
+        offered = [c for c in candidates(problem, 4, "sm_90") if c.gauss and c.blocks_per_sm == 1
+                   and c.stages == 2 and c.stage_copy == "bulk"]
+        assert any((c.tile_m, c.tile_n, c.row_groups) == (2, 1, 1) and c.rows_per_stage >= 48
+                   for c in offered), width
+        for config in offered:
+            spec = KernelSpec(problem, config)
+            validate(spec)
+            assert occupancy_ok(spec)
 
 
 def test_tf32_atb_search_offers_large_warp_tiles_with_one_block():
