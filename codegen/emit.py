@@ -396,6 +396,15 @@ class _Arith:
         ]
 
 
+def gauss_combination(tm: int, tn: int, sign: str, declaration: str) -> list[str]:
+    """Gauss's combination of a lane's three sums of each 8x8 block (Config.gauss) into
+    its complex entries acc: rr ∓ ii + i (mix - rr ∓ ii), ``sign`` "-" (Aᵀ B, A C) or
+    "+" (Aᴴ B, whose mix takes Re a - Im a)."""
+    return [f"{declaration} acc_{i}_{j}_{h} = make_double2(rr_{i}_{j}_{h} {sign} ii_{i}_{j}_{h}, "
+            f"mix_{i}_{j}_{h} - rr_{i}_{j}_{h} {sign} ii_{i}_{j}_{h});"
+            for i in range(tm) for j in range(tn) for h in range(2)]
+
+
 def dmma_products(tm: int, tn: int, acc, a, b, lone_transposed=False, spare="spare") -> list[str]:
     """The DMMA steps of a tm x tn tile of 8x8 blocks; ``acc(i, j)`` names block
     (i, j)'s accumulator pair (suffixes _0, _1), ``a(i)`` and ``b(j)`` its
@@ -962,10 +971,8 @@ def _atb_mma_body(spec: KernelSpec, ar: _Arith) -> tuple[list[str], list[tuple[s
         body += _pipeline(spec, issue, consume)
     body += edge_quad_sums
     if gauss:
-        body += ["// Gauss's combination of each lane's entries into the complex result."] + [
-            f"double2 acc_{i}_{j}_{h} = make_double2(rr_{i}_{j}_{h} {gauss_sign} ii_{i}_{j}_{h}, "
-            f"mix_{i}_{j}_{h} - rr_{i}_{j}_{h} {gauss_sign} ii_{i}_{j}_{h});"
-            for i in range(tm) for j in range(tn) for h in range(2)]
+        body += ["// Gauss's combination of each lane's entries into the complex result.",
+                 *gauss_combination(tm, tn, gauss_sign, "double2")]
     outputs = []
     for i in range(tm):
         lone = (tf32 or c.lone_transposed) and i == tm - 1 and tm % 2  # transposed (tf32_products, dmma_products)
@@ -1635,10 +1642,8 @@ def _ab_mma_tiles(spec: KernelSpec, ar: _Arith):
                         tm, tn, lambda i, j, name=name: f"{name}_{i}_{j}", a, lambda j, b=b, ks=ks: b(j, ks))],
                     "}",
                 ]
-            lines += ["// Gauss's combination: out = rr - ii + i (mix - rr - ii)."] + [
-                f"const double2 acc_{i}_{j}_{h} = make_double2(rr_{i}_{j}_{h} - ii_{i}_{j}_{h}, "
-                f"mix_{i}_{j}_{h} - rr_{i}_{j}_{h} - ii_{i}_{j}_{h});"
-                for i in range(tm) for j in range(tn) for h in range(2)]
+            lines += ["// Gauss's combination: out = rr - ii + i (mix - rr - ii).",
+                      *gauss_combination(tm, tn, "-", "const double2")]
             return lines + stores
         lines = [
             *([f"const int slab = base + row_group * {8 * tm};"] if spacing == 1 else []),

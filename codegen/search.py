@@ -5,6 +5,7 @@ benchmarked (ASTRA's pruning by hardware limits, occupancy and register reuse)."
 from __future__ import annotations
 
 import dataclasses
+import functools
 import itertools
 import math
 
@@ -120,18 +121,16 @@ def _mma_candidates(problem: Problem, arch: str) -> dict[Config, float]:
                                        c_source="global"))
     row_bytes = (probe.smem_stride(problem.m) + (probe.smem_stride(problem.n) if atb else 0)) * problem.element_bytes
     out_row_bytes = problem.n * problem.element_bytes
-    ab_bulk_row_bytes = {}
 
-    def staged_row_bytes(slabs: int, stage_copy: str) -> float:
-        """Shared bytes a staged row takes: padded rows, but ab's bulk rows lie in groups
-        of their pass's spacing, padded between groups alone (KernelSpec.layout)."""
-        if atb or stage_copy != "bulk":
+    @functools.cache
+    def ab_bulk_row_bytes(slabs: int) -> float:
+        """Shared bytes an ab row takes when bulk-staged: its pass's slabs lie in groups
+        of the spacing, padded between groups alone (KernelSpec.layout), not padded
+        row by row as row_bytes counts; row_bytes where no spacing fits."""
+        spec = KernelSpec(problem, Config(tile_m=slabs, row_groups=1, mma=True, gauss=gauss, stage_copy="bulk"))
+        if spec.layout is None:
             return row_bytes
-        if slabs not in ab_bulk_row_bytes:
-            layout = KernelSpec(problem, Config(tile_m=slabs, row_groups=1, mma=True, gauss=gauss,
-                                                stage_copy="bulk")).layout
-            ab_bulk_row_bytes[slabs] = layout[1] / layout[0] * problem.element_bytes if layout else row_bytes
-        return ab_bulk_row_bytes[slabs]
+        return spec.group_stride(problem.m) / spec.row_spacing * problem.element_bytes
 
     one_block_bytes = ONE_BLOCK_STAGE_BYTES[problem.op]
     stage_sizes = STAGE_BYTES + ((one_block_bytes,) if bulk and (atb or gauss) else ())
@@ -153,7 +152,8 @@ def _mma_candidates(problem: Problem, arch: str) -> dict[Config, float]:
             continue
         per_pass = KernelSpec(problem, Config(row_groups=row_groups, mma=True, tf32x3=tf32x3, gauss=gauss,
                                               stage_copy=stage_copy)).rows_per_pass if atb else 8 * tile_m * row_groups
-        staged_bytes = staged_row_bytes(tile_m * row_groups, stage_copy) + stage_out * out_row_bytes
+        staged = ab_bulk_row_bytes(tile_m * row_groups) if stage_copy == "bulk" and not atb else row_bytes
+        staged_bytes = staged + stage_out * out_row_bytes
         rows = max(per_pass, int(stage_bytes // staged_bytes) // per_pass * per_pass)
         config = Config(tile_m=tile_m, tile_n=tile_n, mapping="blocked", row_groups=row_groups,
                         rows_per_stage=rows, stages=stages, unroll=2 if atb else 1, mma=True, tf32x3=tf32x3,
