@@ -19,6 +19,9 @@
 # seconds before it (or at TUNE_SECONDS, whichever comes first), so that its database
 # is copied out; steps that would start later are skipped. Without it, a call cut off
 # by the device's limit returns no database (twenty-ninth round).
+# REQUIRE_GPU=NAME ends the call before the build unless the GPU's name contains NAME:
+# a call for an H200 may be served by an H100, where a `tune --device-db` would write
+# the H100's own file instead (thirty-seventh round).
 set -uo pipefail
 OUT=${OUT:-/tmp/jax_tsmm_out}
 mkdir -p "$OUT"
@@ -36,6 +39,10 @@ step() {  # step NAME COMMAND...: run with a log, record status and seconds
   return $rc
 }
 
+gpu_name=$(nvidia-smi --query-gpu=name --format=csv,noheader)
+if [[ -n ${REQUIRE_GPU:-} && $gpu_name != *"$REQUIRE_GPU"* ]]; then
+  echo "REQUIRE_GPU=$REQUIRE_GPU: this GPU is $gpu_name; nothing run"; exit 3
+fi
 nvidia-smi --query-gpu=name,memory.total,clocks.max.sm,driver_version --format=csv,noheader >> "$summary"
 step build python3 -m pip install --no-build-isolation --no-deps -v -e . || { tail -40 "$OUT/build.log"; cat "$summary"; exit 1; }
 benches=0 tunes=0 compares=0 test_steps=0
