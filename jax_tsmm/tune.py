@@ -1,6 +1,6 @@
 """Autotuner: benchmark pruned candidate kernels per problem and K range, write the database.
 
-    python -m jax_tsmm.tune [--ops atb,ab,mtsm,mtsm_t] [--dtypes float64] [--shapes 1-64]
+    python -m jax_tsmm.tune [--ops atb,ab,ab_update,mtsm,mtsm_t] [--dtypes float64] [--shapes 1-64]
                             [--candidates 12] [--refine 2] [--k-min K] [--k-max K]
                             [--db PATH | --device-db]
     python -m jax_tsmm.tune --from-bench bench.json [...] [--device-db]
@@ -18,7 +18,9 @@ architecture's other GPU models, and the fastest winners at nearby tuned widths
 neighbours of the fastest.
 The winner goes into ``jax_tsmm/tuning/<arch>.json`` with its time, its % of
 roofline and XLA's time; where XLA wins, the entry says so and dispatch uses
-XLA. mtsm (``--ops mtsm,mtsm_t``, N from ``--shapes``) is tuned the same way
+XLA. ab's fused update (``--ops ab_update``: V − Q C in place, against XLA's
+dot and a separate elementwise pass) has entries of its own, tuned alike.
+mtsm (``--ops mtsm,mtsm_t``, N from ``--shapes``) is tuned the same way
 over ``codegen.search.mtsm_candidates``, at M = K = 8192 and 16384 (its K
 ranges, MTSM_K_RANGES). Each K range is saved as it is done, so an interrupted
 run keeps its finished ranges and resumes past finished problems (``--again``
@@ -97,6 +99,11 @@ def largest_range_min(k: int) -> int:
     it was timed at (the benchmark's K of a wide problem, 2-4 million rows, lies
     below the threshold, and the entry must serve the benchmark's own calls)."""
     return min(K_RANGES[-1][0], k)
+
+
+def bench_op(problem: Problem) -> str:
+    """The bench's name of the operation ``problem`` times: ab's fused update is a row of its own."""
+    return "ab_update" if problem.update else problem.op
 
 
 def candidate_specs(problem: Problem, limit: int, arch: str) -> list[KernelSpec]:
@@ -281,7 +288,7 @@ def tune_problem(problem: Problem, ceilings: dict, limit: int, arch: str, ranges
     once the timing at K_ALIGNED has marked it."""
     dtype = np.dtype(problem.dtype)
     specs = candidate_specs(problem, limit, arch)
-    ours, xla = bench.operations(problem.op)
+    ours, xla = bench.operations(bench_op(problem))
 
     def neighbours_of(spec: KernelSpec) -> list[KernelSpec]:
         return [KernelSpec(spec.problem, c) for c in neighbours(spec.problem, spec.config, arch)]
@@ -295,8 +302,8 @@ def tune_problem(problem: Problem, ceilings: dict, limit: int, arch: str, ranges
         if ranges is not None and index not in ranges:
             continue
         k = k_sample or bench.problem_rows(problem.m, problem.n, dtype)
-        sets = bench.operand_sets(problem.op, dtype, problem.m, problem.n, k, seed=k)
-        roof = bench.roofline_seconds(problem.op, dtype, problem.m, problem.n, k, ceilings)
+        sets = bench.operand_sets(bench_op(problem), dtype, problem.m, problem.n, k, seed=k)
+        roof = bench.roofline_seconds(bench_op(problem), dtype, problem.m, problem.n, k, ceilings)
         xla_s = bench.seconds_per_call(xla, sets, roof)
         extra, incumbent, origins = opening_specs(problem, specs, k, index, arch, device)
         timings = time_candidates(specs + extra, incumbent, ours, xla, sets, roof, arch, refine, neighbours_of, note)
@@ -471,7 +478,8 @@ def _save(path: pathlib.Path, db: dict) -> None:
 
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--ops", default="atb,ab", help="atb, ab, mtsm (A X), mtsm_t (Aᵀ X)")
+    parser.add_argument("--ops", default="atb,ab",
+                        help="atb, ab, ab_update (ab's fused V - Q C), mtsm (A X), mtsm_t (Aᵀ X)")
     parser.add_argument("--dtypes", default="float64,float32,complex128,complex64")
     parser.add_argument("--shapes", default="1-64",
                         help="M = N values and M x N pairs, e.g. 1-64 or 3,8,13x48; mtsm's N values, e.g. 1,2,4,8")
@@ -524,8 +532,8 @@ def main(argv=None) -> None:
         _save(path, db)
         return
     dtypes, ops = args.dtypes.split(","), args.ops.split(",")
-    problems = [Problem(op, dtype, m, n) for dtype in dtypes for op in ops if op not in MTSM_OPS
-                for m, n in parse_shapes(args.shapes)]
+    problems = [Problem("ab" if op == "ab_update" else op, dtype, m, n, update=op == "ab_update")
+                for dtype in dtypes for op in ops if op not in MTSM_OPS for m, n in parse_shapes(args.shapes)]
     if set(ops) & set(MTSM_OPS):
         problems += [MtsmProblem(op == "mtsm_t", dtype, n) for dtype in dtypes for op in ops if op in MTSM_OPS
                      for n in bench.parse_widths(args.shapes)]

@@ -308,6 +308,32 @@ def test_each_k_range_is_saved_as_it_is_done(monkeypatch, tmp_path):
     assert (entry["k_range"], entry["k_tuned"], entry["tsmm_s"]) == (0, 300, 1.0) and entry["config"] is not None
 
 
+@pytest.mark.nvcc
+def test_the_fused_update_is_tuned_as_a_problem_of_its_own(monkeypatch, tmp_path):
+    """--ops ab_update tunes ab's fused V − Q C: its own kernels, timed on Q, C and V
+    (against XLA's dot and the subtraction), under the ab_update key."""
+    monkeypatch.setattr(tune, "K_RANGES", ((0, 300),))
+    timed = []
+
+    def fake_seconds(op, sets, roof):
+        timed.append((_dispatch._forced[-1] if _dispatch._forced else None, [x.shape for x in sets[0]]))
+        return 1.0 if _dispatch._forced else 2.0
+
+    monkeypatch.setattr(tune.bench, "seconds_per_call", fake_seconds)
+    monkeypatch.setattr(tune._cuda, "register_targets", lambda: True)
+    monkeypatch.setattr(tune._cuda, "arch", lambda: "sm_90")
+    monkeypatch.setattr(tune._cuda, "device_kind", lambda: "GPU")
+    monkeypatch.setattr(tune.bench, "measure_ceilings", lambda: CEILINGS)
+    db = tmp_path / "db.json"
+    tune.main(["--ops", "ab_update", "--dtypes", "float64", "--shapes", "3x2", "--candidates", "1",
+               "--refine", "0", "--db", str(db)])
+    assert {tuple(shapes) for _, shapes in timed} == {((300, 3), (3, 2), (300, 2))}
+    kernels = [spec for spec, _ in timed if spec is not None]
+    assert kernels and all(spec.problem == Problem("ab", "float64", 3, 2, update=True) for spec in kernels)
+    (entry,) = json.loads(db.read_text())["entries"]["ab_update:float64:3x2"]
+    assert entry["config"] is not None and entry["tsmm_s"] == 1.0 and entry["xla_s"] == 2.0
+
+
 def _row(op, dtype, m, n, k, tsmm_s, xla_s, config):
     return {"op": op, "dtype": dtype, "M": m, "N": n, "K": k, "config": config,
             "tsmm_s": tsmm_s, "xla_s": xla_s, "tsmm_pct": 50.0, "xla_pct": 50.0}
