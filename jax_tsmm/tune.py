@@ -148,14 +148,15 @@ def agrees_with_xla(ours, operands, want) -> bool:
 
 
 def time_candidates(specs: list, incumbent, ours, xla, sets: list[tuple], roof: float, arch: str, refine: int,
-                    neighbours_of, note=lambda spec: "") -> list[tuple[float, object]]:
+                    neighbours_of, note=lambda spec: "", updates_last: bool = False) -> list[tuple[float, object]]:
     """(seconds per call, spec) of each of ``specs`` (KernelSpecs or MtsmSpecs) and of
     ``incumbent``, dispatch's choice before this run where it is a kernel the
     search does not offer (so a new entry beats it in the same run rather than a
     lucky figure of another day); then ``refine`` rounds of local search time the
     untried ``neighbours_of(spec)`` of the fastest so far, stopping early once a
     round finds nothing faster. A kernel whose result on the first operand set is not
-    XLA's (``agrees_with_xla``) is left out."""
+    XLA's (``agrees_with_xla``) is left out. ``updates_last``: each call updates its
+    last operand in place, as ab's fused update runs in a solver and in the bench."""
     timings, wrong = [], []
     want = jax.jit(xla)(*sets[0])
 
@@ -167,7 +168,7 @@ def time_candidates(specs: list, incumbent, ours, xla, sets: list[tuple], roof: 
                     wrong.append(spec)
                     print(f"    wrong result, left out: {spec.config}{note(spec)}", flush=True)
                     continue
-                timings.append((bench.seconds_per_call(ours, sets, roof), spec))
+                timings.append((bench.seconds_per_call(ours, sets, roof, updates_last=updates_last), spec))
             label = note(spec) + ("  (dispatch's choice before this run)" if spec == incumbent else "")
             print(f"    {timings[-1][0] * 1e3:8.3f} ms ({100 * roof / timings[-1][0]:5.1f}%)  {spec.config}{label}",
                   flush=True)
@@ -304,9 +305,10 @@ def tune_problem(problem: Problem, ceilings: dict, limit: int, arch: str, ranges
         k = k_sample or bench.problem_rows(problem.m, problem.n, dtype)
         sets = bench.operand_sets(bench_op(problem), dtype, problem.m, problem.n, k, seed=k)
         roof = bench.roofline_seconds(bench_op(problem), dtype, problem.m, problem.n, k, ceilings)
-        xla_s = bench.seconds_per_call(xla, sets, roof)
+        xla_s = bench.seconds_per_call(xla, sets, roof, updates_last=problem.update)  # as the bench times V - Q C
         extra, incumbent, origins = opening_specs(problem, specs, k, index, arch, device)
-        timings = time_candidates(specs + extra, incumbent, ours, xla, sets, roof, arch, refine, neighbours_of, note)
+        timings = time_candidates(specs + extra, incumbent, ours, xla, sets, roof, arch, refine, neighbours_of, note,
+                                  updates_last=problem.update)
         entry = _entry(index, range_min if k_sample else largest_range_min(k), k, timings, xla_s, roof)
         best = min(timings, key=lambda t: t[0], default=(None, None))[1]
         if entry["config"] is not None and _dispatch.is_real_view(best, problem.dtype):
