@@ -31,6 +31,15 @@ def no_nearby_winners(monkeypatch):
     monkeypatch.setattr(tune, "NEARBY_WINNERS", 0)
 
 
+@pytest.fixture
+def fake_gpu(monkeypatch):
+    """What tune.main sees of the GPU, here on the CPU backend: sm_90, named "GPU", with CEILINGS measured."""
+    monkeypatch.setattr(tune._cuda, "register_targets", lambda: True)
+    monkeypatch.setattr(tune._cuda, "arch", lambda: "sm_90")
+    monkeypatch.setattr(tune._cuda, "device_kind", lambda: "GPU")
+    monkeypatch.setattr(tune.bench, "measure_ceilings", lambda: CEILINGS)
+
+
 @pytest.mark.nvcc  # the candidates are compiled first, as on a GPU
 def test_tune_problem_covers_every_k_range(monkeypatch):
     monkeypatch.setattr(tune, "K_RANGES", ((0, 300), (1000, 2000)))
@@ -220,7 +229,7 @@ def test_winners_at_nearby_widths_compete(monkeypatch):
 
 
 @pytest.mark.nvcc
-def test_mtsm_problems_are_tuned_over_their_own_search(monkeypatch, tmp_path):
+def test_mtsm_problems_are_tuned_over_their_own_search(monkeypatch, tmp_path, fake_gpu):
     """mtsm's entries, one per range of MTSM_K_RANGES, each timed at M = K = its
     size: the winner of its own candidates and their neighbours, or XLA; main
     writes them under the mtsm key, and resumes past them."""
@@ -240,10 +249,6 @@ def test_mtsm_problems_are_tuned_over_their_own_search(monkeypatch, tmp_path):
     tuned = []
     monkeypatch.setattr(tune, "tune_mtsm_problem",
                         lambda problem, *_, on_entry: tuned.append(problem) or on_entry(entries[0]))
-    monkeypatch.setattr(tune._cuda, "register_targets", lambda: True)
-    monkeypatch.setattr(tune._cuda, "arch", lambda: "sm_90")
-    monkeypatch.setattr(tune._cuda, "device_kind", lambda: "GPU")
-    monkeypatch.setattr(tune.bench, "measure_ceilings", lambda: CEILINGS)
     db = tmp_path / "db.json"
     argv = ["--ops", "mtsm,mtsm_t", "--dtypes", "float64", "--shapes", "2,8", "--k-max", "0", "--db", str(db)]
     tune.main(argv)
@@ -287,7 +292,7 @@ class CallCut(Exception):
 
 
 @pytest.mark.nvcc
-def test_each_k_range_is_saved_as_it_is_done(monkeypatch, tmp_path):
+def test_each_k_range_is_saved_as_it_is_done(monkeypatch, tmp_path, fake_gpu):
     """A tuning cut off in a problem's second K range has saved its first range's entry."""
     monkeypatch.setattr(tune, "K_RANGES", ((0, 300), (1000, 2000)))
 
@@ -297,10 +302,6 @@ def test_each_k_range_is_saved_as_it_is_done(monkeypatch, tmp_path):
         return 1.0 if _dispatch._forced else 2.0
 
     monkeypatch.setattr(tune.bench, "seconds_per_call", fake_seconds)
-    monkeypatch.setattr(tune._cuda, "register_targets", lambda: True)
-    monkeypatch.setattr(tune._cuda, "arch", lambda: "sm_90")
-    monkeypatch.setattr(tune._cuda, "device_kind", lambda: "GPU")
-    monkeypatch.setattr(tune.bench, "measure_ceilings", lambda: CEILINGS)
     db = tmp_path / "db.json"
     with pytest.raises(CallCut):
         tune.main(["--ops", "atb", "--dtypes", "float64", "--shapes", "3", "--candidates", "1", "--db", str(db)])
@@ -309,7 +310,7 @@ def test_each_k_range_is_saved_as_it_is_done(monkeypatch, tmp_path):
 
 
 @pytest.mark.nvcc
-def test_the_fused_update_is_tuned_as_a_problem_of_its_own(monkeypatch, tmp_path):
+def test_the_fused_update_is_tuned_as_a_problem_of_its_own(monkeypatch, tmp_path, fake_gpu):
     """--ops ab_update tunes ab's fused V − Q C: its own kernels, timed on Q, C and V
     with V updated in place (against XLA's dot and the subtraction), under the
     ab_update key."""
@@ -322,10 +323,6 @@ def test_the_fused_update_is_tuned_as_a_problem_of_its_own(monkeypatch, tmp_path
         return 1.0 if _dispatch._forced else 2.0
 
     monkeypatch.setattr(tune.bench, "seconds_per_call", fake_seconds)
-    monkeypatch.setattr(tune._cuda, "register_targets", lambda: True)
-    monkeypatch.setattr(tune._cuda, "arch", lambda: "sm_90")
-    monkeypatch.setattr(tune._cuda, "device_kind", lambda: "GPU")
-    monkeypatch.setattr(tune.bench, "measure_ceilings", lambda: CEILINGS)
     db = tmp_path / "db.json"
     tune.main(["--ops", "ab_update", "--dtypes", "float64", "--shapes", "3x2", "--candidates", "1",
                "--refine", "0", "--db", str(db)])
