@@ -106,6 +106,11 @@ def bench_op(problem: Problem) -> str:
     return "ab_update" if problem.update else problem.op
 
 
+def bench_problem(op: str, dtype: str, m: int, n: int) -> Problem:
+    """The problem a bench op ("atb", "ab" or "ab_update") of this shape times: ``bench_op``'s inverse."""
+    return Problem("ab" if op == "ab_update" else op, dtype, m, n, update=op == "ab_update")
+
+
 def candidate_specs(problem: Problem, limit: int, arch: str) -> list[KernelSpec]:
     """Up to ``limit`` candidates of the problem and, for a complex problem with a
     real view, up to ``limit`` of the real problem it can run as (the same bytes,
@@ -289,7 +294,8 @@ def tune_problem(problem: Problem, ceilings: dict, limit: int, arch: str, ranges
     once the timing at K_ALIGNED has marked it."""
     dtype = np.dtype(problem.dtype)
     specs = candidate_specs(problem, limit, arch)
-    ours, xla = bench.operations(bench_op(problem))
+    op = bench_op(problem)
+    ours, xla = bench.operations(op)
 
     def neighbours_of(spec: KernelSpec) -> list[KernelSpec]:
         return [KernelSpec(spec.problem, c) for c in neighbours(spec.problem, spec.config, arch)]
@@ -303,8 +309,8 @@ def tune_problem(problem: Problem, ceilings: dict, limit: int, arch: str, ranges
         if ranges is not None and index not in ranges:
             continue
         k = k_sample or bench.problem_rows(problem.m, problem.n, dtype)
-        sets = bench.operand_sets(bench_op(problem), dtype, problem.m, problem.n, k, seed=k)
-        roof = bench.roofline_seconds(bench_op(problem), dtype, problem.m, problem.n, k, ceilings)
+        sets = bench.operand_sets(op, dtype, problem.m, problem.n, k, seed=k)
+        roof = bench.roofline_seconds(op, dtype, problem.m, problem.n, k, ceilings)
         xla_s = bench.seconds_per_call(xla, sets, roof, updates_last=problem.update)  # as the bench times V - Q C
         extra, incumbent, origins = opening_specs(problem, specs, k, index, arch, device)
         timings = time_candidates(specs + extra, incumbent, ours, xla, sets, roof, arch, refine, neighbours_of, note,
@@ -414,9 +420,7 @@ def entries_from_bench(reports: list[dict]) -> dict[str, list[dict]]:
             k_min = row["K"]
             key = _dispatch.mtsm_key(row["op"] == "mtsm_t", row["dtype"], row["N"])
         else:
-            update = row["op"] == "ab_update"
-            problem = Problem("ab" if update else row["op"], row["dtype"], row["M"], row["N"], update=update)
-            key = _dispatch.problem_key(problem)
+            key = _dispatch.problem_key(bench_problem(row["op"], row["dtype"], row["M"], row["N"]))
         won = row["tsmm_s"] < row["xla_s"]
         entry = {
             "k_min": k_min, "k_tuned": row["K"],
@@ -534,8 +538,8 @@ def main(argv=None) -> None:
         _save(path, db)
         return
     dtypes, ops = args.dtypes.split(","), args.ops.split(",")
-    problems = [Problem("ab" if op == "ab_update" else op, dtype, m, n, update=op == "ab_update")
-                for dtype in dtypes for op in ops if op not in MTSM_OPS for m, n in parse_shapes(args.shapes)]
+    problems = [bench_problem(op, dtype, m, n) for dtype in dtypes for op in ops if op not in MTSM_OPS
+                for m, n in parse_shapes(args.shapes)]
     if set(ops) & set(MTSM_OPS):
         problems += [MtsmProblem(op == "mtsm_t", dtype, n) for dtype in dtypes for op in ops if op in MTSM_OPS
                      for n in bench.parse_widths(args.shapes)]
