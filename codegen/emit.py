@@ -632,6 +632,9 @@ def _bulk_pipeline(spec: KernelSpec, consume: list[str], finish: list[str] = (),
                 "&full[slot]);",
                 "}"]
 
+    stage_y = [  # the chunk's rows of y, one span, on the slot's barrier (only where beta reads them)
+        f"if (read_y && lane == 1) tsmm_bulk_stage(slot_y(slot) + y_shift, y + row0 * {p.n}, rows * {p.n}, &full[slot]);"
+    ] if spec.stages_y else []
     chunk = _step_chunk(spec) + [f"const unsigned round = static_cast<unsigned>(step / {s});"]
     return [
         "#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900",
@@ -655,6 +658,7 @@ def _bulk_pipeline(spec: KernelSpec, consume: list[str], finish: list[str] = (),
         *["    " + line for line in chunk],
         f"    if (step >= {s}) tsmm_barrier_wait(&empty[slot], (round - 1) & 1);",
         *["    " + line for lane, (operand, width) in enumerate(operands) for line in stage(operand, width, lane)],
+        *["    " + line for line in stage_y],
         "    __syncwarp();  // every lane's copies are issued and counted before the arrival",
         "    if (lane == 0) tsmm_barrier_arrive(&full[slot]);",
         "  }",
@@ -1070,14 +1074,12 @@ def _emit_ab(spec: KernelSpec) -> str:
     passes = spec.rows_per_chunk // spec.rows_per_pass
 
     body = _block_prologue(spec, ar, "c") + _ab_out(spec, e)
-    if p.update:
+    if p.update and (spec.stages_y or not spec.config.stage_out):  # else the copy-out applies it
         body += [
-            *([] if spec.config.stage_out else [
-                f"auto update = [&]({e} acc, {e} y_value) {{",
-                "  return read_y ? tsmm_add(tsmm_scale(args.alpha, acc), tsmm_scale(args.beta, y_value))",
-                "                : tsmm_scale(args.alpha, acc);",
-                "};",
-            ]),
+            f"auto update = [&]({e} acc, {e} y_value) {{",
+            "  return read_y ? tsmm_add(tsmm_scale(args.alpha, acc), tsmm_scale(args.beta, y_value))",
+            "                : tsmm_scale(args.alpha, acc);",
+            "};",
         ]
     setup, tile_pass = (_ab_mma_tiles if spec.config.mma else _ab_fma_tiles)(spec, ar)
     body += [
@@ -1085,11 +1087,14 @@ def _emit_ab(spec: KernelSpec) -> str:
         *setup,
         "",
         f"auto slot_a = [&](int slot) {{ return reinterpret_cast<{e}*>(tsmm_smem + {spec.c_shared_bytes} + slot * {spec.stage_bytes}); }};",
+        *([f"auto slot_y = [&](int slot) {{ return slot_a(slot) + {spec.stage_elements()[0]}; }};",
+           "const int y_shift = tsmm_misalignment(y);"] if spec.stages_y else []),
     ]
     offset_a = "a_shift" if spec.bulk else _staging(spec, e, "a", p.m)[1]
     consume = [
         f"const {e}* sa = slot_a(slot) + {offset_a};",
         *([f"{e}* sout = slot_out(step);"] if spec.bulk else []),
+        *([f"const {e}* sy = slot_y(slot) + y_shift;"] if spec.stages_y else []),
         f"if (rows == {spec.rows_per_chunk}) {{",
         f"  // Full chunk: {passes} passes of the block's row tiles.",
         f"  for (int pass = 0; pass < {passes}; ++pass) {{",
@@ -1306,12 +1311,15 @@ def _ab_store(spec: KernelSpec, ar: _Arith, tiles: list[tuple[tuple[str, ...], s
     def guarded(guard: str | None, line: str) -> str:
         return f"if ({guard}) {line}" if guard else line
 
-    if spec.config.stage_out:  # into the chunk's span in shared memory; the copy-out applies the update
+    if spec.config.stage_out:  # into the chunk's span in shared memory; the update applied here with
+        # y's staged rows (stages_y), else by the copy-out
         def store(accs, row, col):
-            at = f"sout[out_shift + ({row}) * {p.n} + {col}]"
+            at = f"({row}) * {p.n} + {col}"
+            values = [f"update({acc}, sy[{at}{f' + {h}' if h else ''}])" if spec.stages_y else acc
+                      for h, acc in enumerate(accs)]
             if len(accs) == 1:
-                return f"{at} = {accs[0]};"
-            return f"tsmm_store_pair(&{at}, out_pairs, {accs[0]}, {accs[1]});"
+                return f"sout[out_shift + {at}] = {values[0]};"
+            return f"tsmm_store_pair(&sout[out_shift + {at}], out_pairs, {values[0]}, {values[1]});"
         return [], [guarded(guard, store(accs, row, col)) for accs, row, col, guard in tiles]
 
     at = lambda row, col: f"(row0 + {row}) * {p.n} + {col}"  # noqa: E731

@@ -153,7 +153,8 @@ def _mma_candidates(problem: Problem, arch: str) -> dict[Config, float]:
         per_pass = KernelSpec(problem, Config(row_groups=row_groups, mma=True, tf32x3=tf32x3, gauss=gauss,
                                               stage_copy=stage_copy)).rows_per_pass if atb else 8 * tile_m * row_groups
         staged = ab_bulk_row_bytes(tile_m * row_groups) if stage_copy == "bulk" and not atb else row_bytes
-        staged_bytes = staged + stage_out * out_row_bytes
+        y_staged = problem.update and stage_copy == "bulk"  # y's rows beside A's (KernelSpec.stages_y)
+        staged_bytes = staged + (stage_out + y_staged) * out_row_bytes
         rows = max(per_pass, int(stage_bytes // staged_bytes) // per_pass * per_pass)
         config = Config(tile_m=tile_m, tile_n=tile_n, mapping="blocked", row_groups=row_groups,
                         rows_per_stage=rows, stages=stages, unroll=2 if atb else 1, mma=True, tf32x3=tf32x3,
@@ -174,7 +175,7 @@ def _mma_candidates(problem: Problem, arch: str) -> dict[Config, float]:
                 lone = dataclasses.replace(config, lone_transposed=True)
                 if _usable(KernelSpec(problem, lone)):
                     found[lone] = found[config] * _dmma_steps(tile_m, tile_n) / _dmma_steps(tile_m, tile_n, True)
-    if problem.dtype == "float32" and not atb and not problem.update and has_wgmma(arch):
+    if problem.dtype == "float32" and not atb and has_wgmma(arch):
         found.update(_wgmma_candidates(problem))
     return found
 
@@ -214,12 +215,14 @@ def _wgmma_candidates(problem: Problem) -> dict[Config, float]:
     out_row_bytes = problem.n * problem.element_bytes
     # Odd N stores a lane's columns one by one: staged output only (on an H200, 33-46 % of
     # the copy roofline without it at 41, 49 and 63, against 74-97 % with it).
-    stage_outs = (True,) if problem.n % 2 else (True, False)
+    # The fused update takes staged output alone (validate).
+    stage_outs = (True,) if problem.n % 2 or problem.update else (True, False)
     for row_groups, stage_bytes, stages, blocks, stage_out, stage_copy in itertools.product(
         (4, 8, 12), STAGE_BYTES, (2, 3, 4), (1, 2), stage_outs, ("vector", "bulk"),
     ):
         per_pass = 16 * row_groups
-        rows = max(per_pass, stage_bytes // (row_bytes + stage_out * out_row_bytes) // per_pass * per_pass)
+        y_staged = problem.update and stage_copy == "bulk"  # y's rows beside A's (KernelSpec.stages_y)
+        rows = max(per_pass, stage_bytes // (row_bytes + (stage_out + y_staged) * out_row_bytes) // per_pass * per_pass)
         config = dataclasses.replace(base, row_groups=row_groups, rows_per_stage=rows, stages=stages,
                                      stage_out=stage_out, stage_copy=stage_copy, blocks_per_sm=blocks)
         spec = KernelSpec(problem, config)
@@ -290,7 +293,7 @@ def candidates(problem: Problem, limit: int = 16, arch: str = "sm_90") -> list[C
             spec = KernelSpec(problem, config)
             if _usable(spec, valid, (rows, stages, mapping, unroll, padded, stage_out)):
                 found[config] = score(spec)
-    if problem.dtype in MMA_DTYPES or (problem.dtype == "complex128" and not problem.update):  # (Config.gauss)
+    if problem.dtype in MMA_DTYPES or problem.dtype == "complex128":  # (Config.gauss)
         found.update(_mma_candidates(problem, arch))
     # Best first, but one per tile/thread/stage shape before any second variant of
     # a shape (unroll, mapping and blocks per SM matter less than those).

@@ -135,7 +135,7 @@ class Config:
                      rows per fragment row where DMMA takes 4. It spares float32
                      DMMA's widening conversions, which cost as much pipe time as
                      the DMMAs themselves.
-    wgmma            float32 ab with tf32x3 only (sm_90a): Hopper's warpgroup MMA
+    wgmma            float32 ab with tf32x3 only (the update with stage_out; sm_90a): Hopper's warpgroup MMA
                      (wgmma.mma_async m64nNk8) instead of mma.sync. C, split
                      once per block, sits in shared memory as wgmma's B operand,
                      read by the tensor cores for every warp, where mma.sync
@@ -167,7 +167,8 @@ class Config:
                      bulk_layout; wgmma's rows are unpadded, one bulk copy a
                      chunk, M not a multiple of 32). ab's staged output then
                      leaves the same way, one bulk store per chunk from two
-                     buffers in turn, so the store of one chunk overlaps the next.
+                     buffers in turn, so the store of one chunk overlaps the next;
+                     the fused update's y arrives with A's rows (stages_y).
     fma_edges        atb with mma only: the tensor cores take the result's core of whole
                      8x8 blocks (M and N rounded down to multiples of 8) and the FMA
                      units its edges (the last M mod 8 rows and N mod 8 columns), in
@@ -189,7 +190,7 @@ class Config:
                      H200), so a lone block costs a pair's tensor time: 5x3
                      tiles issue 8 steps instead of 9. 3xTF32 atb always runs its
                      lone block so (tf32_products).
-    gauss            complex128 atb, and ab without the update, with mma only:
+    gauss            complex128 atb and ab (the update with stage_out), with mma only:
                      Gauss's three real products
                      (3M) on DMMA instead of the real view's four. Per 8x8 block
                      of the complex result, P1 = Re(a)ᵀ Re(b), P2 = Im(a)ᵀ Im(b)
@@ -438,13 +439,23 @@ class KernelSpec:
         the rows are evenly strided, and a bulk-staged chunk is one contiguous span)."""
         return self.group_stride(width) != self.row_spacing * self.smem_stride(width)
 
+    @property
+    def stages_y(self) -> bool:
+        """ab's fused update with bulk copies: the producer warp stages each chunk's
+        rows of y beside A's (the second area of a stage), and the consumers apply
+        the update as they gather the chunk of out, which leaves by one bulk store."""
+        return self.problem.update and self.bulk
+
     def stage_elements(self) -> tuple[int, int]:
-        """Elements of the A and B areas of one stage, each a whole number of 16-byte
-        vectors: padded rows, or the aligned window (one vector of slack for the shift)."""
+        """Elements of the A and B areas of one stage (for ab, the second holds y's rows
+        where stages_y), each a whole number of 16-byte vectors: padded rows, or the
+        aligned window (one vector of slack for the shift)."""
         p, c = self.problem, self.config
         vec = p.vector_elements
         if self.flat:
             return 0, 0
+        if self.stages_y:  # y's chunk, one contiguous span like out's (out_stage_bytes)
+            y_area = _round_up(c.rows_per_stage * p.n, vec) + vec
 
         def area(width: int) -> int:
             # wgmma's last 4-wide step reads (and masks) up to 3 elements past a row: one more vector
@@ -455,7 +466,7 @@ class KernelSpec:
                 return _round_up(c.rows_per_stage * self.smem_stride(width), vec)
             return _round_up(c.rows_per_stage * width, vec) + vec + overread
 
-        return area(p.m), area(p.n) if p.op == "atb" else 0
+        return area(p.m), area(p.n) if p.op == "atb" else y_area if self.stages_y else 0
 
     @property
     def stage_bytes(self) -> int:
@@ -663,7 +674,7 @@ def _bulk_fits(spec: KernelSpec) -> bool:
         return False
     if p.op == "atb":
         return True
-    if not c.stage_out or p.update:
+    if not c.stage_out:
         return False
     if c.wgmma:  # rows unpadded (see smem_stride): the chunk is one span. Padded rows, a bulk copy
         # each, ran float32 24 and 48 at 30 and 52 % on an H200 (performance.md, seventeenth round).
@@ -707,17 +718,17 @@ def validate(spec: KernelSpec) -> None:
         raise InvalidSpec("; ".join(errors), spec)
     if c.stage_copy == "bulk" and not _bulk_fits(spec):
         errors.append("bulk stage copies serve DMMA atb (float64, float32, complex128 by Gauss), and ab with "
-                      "staged output and no update: DMMA (float64, complex128 by Gauss) whose rows some spacing "
+                      "staged output: DMMA (float64, complex128 by Gauss) whose rows some spacing "
                       "that divides a pass's slabs keeps aligned, wgmma with M not a multiple of 32")
         raise InvalidSpec("; ".join(errors), spec)
     if c.tf32x3 and not (c.mma and p.dtype == "float32"):
         errors.append("tf32x3 applies to float32 with mma")
         raise InvalidSpec("; ".join(errors), spec)
     if c.wgmma and not (
-        c.tf32x3 and p.op == "ab" and not p.update and c.c_source == "shared"
+        c.tf32x3 and p.op == "ab" and (c.stage_out or not p.update) and c.c_source == "shared"
         and (c.tile_m, c.tile_n) == (2, _ceil_div(p.n, 8)) and c.row_groups % 4 == 0
     ):
-        errors.append("wgmma serves 3xTF32 ab without the update, C from shared memory, whole warpgroups "
+        errors.append("wgmma serves 3xTF32 ab (the update with staged output), C from shared memory, whole warpgroups "
                       "(row_groups a multiple of 4) of warps with 2 slabs of 8 rows and all blocks of 8 "
                       "columns each")
         raise InvalidSpec("; ".join(errors), spec)
@@ -727,8 +738,9 @@ def validate(spec: KernelSpec) -> None:
     if c.lone_transposed and not (p.op == "atb" and c.mma and not c.tf32x3 and c.tile_m % 2):
         errors.append("lone_transposed serves DMMA atb (not 3xTF32, which always does it) with an odd tile_m")
         raise InvalidSpec("; ".join(errors), spec)
-    if c.gauss and not (p.dtype == "complex128" and c.mma and not c.fma_edges and not p.update):
-        errors.append("gauss serves complex128 atb and ab (without the update) with mma, without fma_edges")
+    if c.gauss and not (p.dtype == "complex128" and c.mma and not c.fma_edges and (c.stage_out or not p.update)):
+        errors.append("gauss serves complex128 atb and ab (the update with staged output) with mma, "
+                      "without fma_edges")
         raise InvalidSpec("; ".join(errors), spec)
     if c.mma and ((p.dtype not in MMA_DTYPES and not c.gauss) or c.m_panels != 1
                   or (p.op == "ab" and c.c_source != ("shared" if c.wgmma else "global"))):

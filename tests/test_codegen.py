@@ -231,11 +231,14 @@ def test_tensor_cores_serve_float64_and_float32():
     (Problem("atb", "complex128", 42, 42), dict(fma_edges=True)),
 ])
 def test_gauss_serves_complex128_on_dmma_only(problem, change):
-    """Gauss's products serve complex128 atb and ab (not ab's fused update) on DMMA alone."""
+    """Gauss's products serve complex128 atb and ab on DMMA alone, ab's fused update
+    with staged output (whose copy-out, or staged y, applies it)."""
     config = Config(tile_m=2, tile_n=2, mapping="blocked", row_groups=1, rows_per_stage=16, mma=True, gauss=True,
                     blocks_per_sm=1)
     validate(KernelSpec(Problem("atb", "complex128", 40, 40), config))
     validate(KernelSpec(Problem("ab", "complex128", 40, 40), dataclasses.replace(config, c_source="global")))
+    validate(KernelSpec(Problem("ab", "complex128", 40, 40, update=True),
+                        dataclasses.replace(config, c_source="global", stage_out=True)))
     with pytest.raises(InvalidSpec, match="gauss"):
         validate(KernelSpec(problem, dataclasses.replace(config, **change)))
 
@@ -272,22 +275,24 @@ def test_gauss_fragments_take_distinct_banks(op, stage_copy, width):
 
 
 def test_gauss_candidates_for_complex128_within_their_launch_bounds():
-    """The search offers Gauss for complex128 atb and ab alone (not ab's fused update),
-    ab's as pairs of slabs (the shape of every winner), and only where nvcc's
+    """The search offers Gauss for complex128 atb and ab alone (ab's fused update
+    included), ab's as pairs of slabs (the shape of every winner), and only where nvcc's
     register bound under the launch bounds holds the estimate (its per-scheduler
     share: 96 registers at 17 warps, as nvcc 13.0 allotted)."""
     assert launch_bound_registers(544, 1) == 96 and launch_bound_registers(288, 1) == 168
     assert launch_bound_registers(512, 1) == 128 and launch_bound_registers(128, 1) == MAX_REGISTERS
-    for op, width in itertools.product(("atb", "ab"), (13, 50, 57, 64)):
-        problem = Problem(op, "complex128", width, width)
+    for op, width, update in itertools.product(("atb", "ab"), (13, 50, 57, 64), (False, True)):
+        if op == "atb" and update:
+            continue
+        problem = Problem(op, "complex128", width, width, update=update)
         found = [c for c in candidates(problem, 12) if c.gauss]
-        assert found, (op, width)
+        assert found, (op, width, update)
         assert op == "atb" or all(c.tile_m == 2 for c in found)
+        assert not update or all(c.stage_out for c in found)
         for config in found:
             spec = KernelSpec(problem, config)
             assert spec.estimated_registers() <= launch_bound_registers(spec.threads, config.blocks_per_sm)
-    for problem in (Problem("ab", "complex128", 57, 57, update=True), Problem("atb", "complex64", 57, 57),
-                    Problem("atb", "float64", 57, 57)):
+    for problem in (Problem("atb", "complex64", 57, 57), Problem("atb", "float64", 57, 57)):
         assert not any(c.gauss for c in candidates(problem, 64))
 
 
@@ -609,15 +614,19 @@ def test_dmma_lone_block_transposed_where_the_tile_has_one():
 
 
 def test_wgmma_candidates_for_float32_ab_on_sm90_only():
-    """The search ranks wgmma first for float32 ab on sm_90, and never offers it for
-    atb, float64, the update or other architectures."""
+    """The search ranks wgmma first for float32 ab on sm_90 (for the fused update with
+    staged output only), and never offers it for atb, float64 or other architectures."""
     problem = Problem("ab", "float32", 49, 49)
     offered = candidates(problem, limit=16, arch="sm_90")
     assert offered[0] == default_config(problem, "sm_90") and all(c.wgmma for c in offered[:4])
+    update = Problem("ab", "float32", 48, 48, update=True)
+    offered_update = [c for c in candidates(update, limit=64, arch="sm_90") if c.wgmma]
+    assert offered_update and all(c.stage_out for c in offered_update)
+    assert {c.stage_copy for c in offered_update} == {"vector", "bulk"}
     for config in offered:
         validate(KernelSpec(problem, config))
     for other, arch in ((Problem("atb", "float32", 49, 49), "sm_90"), (Problem("ab", "float64", 49, 49), "sm_90"),
-                        (Problem("ab", "float32", 49, 49, update=True), "sm_90"), (problem, "sm_100")):
+                        (problem, "sm_100")):
         assert not any(c.wgmma for c in candidates(other, limit=64, arch=arch))
 
 
@@ -760,15 +769,40 @@ def test_bulk_ab_slabs_cover_each_pass_once(m, tile_m, row_groups):
     assert len({(r * group + c) % 16 for r in range(4) for c in range(4)}) == 16
 
 
-def test_bulk_ab_needs_a_spacing_its_passes_hold_staged_output_and_no_update():
+@pytest.mark.parametrize("dtype, m, n", [("float64", 33, 33), ("float64", 40, 24), ("float64", 17, 5),
+                                         ("float32", 40, 40), ("float32", 49, 13), ("complex128", 48, 48)])
+def test_fused_update_stages_y_beside_a_on_bulk_copies(dtype, m, n):
+    """With bulk copies the fused update's y arrives with A (KernelSpec.stages_y): each
+    stage holds a chunk of y's rows after A's area, 16-byte aligned with a vector of
+    slack for y's misalignment, counted in the shared memory; the producer stages it
+    on the slot's barrier only where beta reads it, and the consumers apply the update
+    as they gather out. The search offers such kernels for every dtype's update."""
+    problem = Problem("ab", dtype, m, n, update=True)
+    found = [c for c in candidates(problem, 64, "sm_90") if c.stage_copy == "bulk"]
+    assert found
+    for config in found:
+        spec = KernelSpec(problem, config)
+        a_area, y_area = spec.stage_elements()
+        plain = KernelSpec(Problem("ab", dtype, m, n), config)
+        assert spec.stages_y and not plain.stages_y
+        assert a_area == plain.stage_elements()[0] and a_area * problem.element_bytes % 16 == 0
+        assert y_area * problem.element_bytes % 16 == 0 and y_area >= config.rows_per_stage * n + problem.vector_elements
+        assert spec.stage_bytes == plain.stage_bytes + y_area * problem.element_bytes
+        assert spec.shared_bytes - plain.shared_bytes == config.stages * y_area * problem.element_bytes
+        source = kernel_source(spec)
+        assert f"if (read_y && lane == 1) tsmm_bulk_stage(slot_y(slot) + y_shift, y + row0 * {n}" in source
+        assert "update(acc" in source and "tsmm_copy_out" not in source
+
+
+def test_bulk_ab_needs_a_spacing_its_passes_hold_and_staged_output():
     config = Config(tile_m=2, tile_n=1, mapping="blocked", row_groups=2, rows_per_stage=64, c_source="global",
                     mma=True, stage_out=True, stage_copy="bulk")
     validate(KernelSpec(Problem("ab", "float64", 33, 33), config))
+    validate(KernelSpec(Problem("ab", "float64", 33, 33, update=True), config))  # y staged with A (stages_y)
     validate(KernelSpec(Problem("ab", "float64", 40, 33), dataclasses.replace(config, row_groups=4)))
     validate(KernelSpec(Problem("ab", "float64", 40, 33), config))  # groups of 4 rows, padded: passes of 4 slabs
     one_slab = dataclasses.replace(config, tile_m=1, row_groups=1, rows_per_stage=64)
     for problem, changed in ((Problem("ab", "float64", 33, 33), one_slab),  # odd rows keep 16-byte groups in pairs
-                             (Problem("ab", "float64", 33, 33, update=True), config),
                              (Problem("ab", "float64", 33, 33), dataclasses.replace(config, stage_out=False)),
                              (Problem("ab", "float32", 33, 33), config)):
         with pytest.raises(InvalidSpec, match="bulk"):

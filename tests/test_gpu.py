@@ -24,6 +24,7 @@ import jax_tsmm
 import jax_tsmm.linalg
 from jax_tsmm import _cuda, _dispatch, _kernels
 from jax_tsmm.codegen import Config, KernelSpec, Problem, default_config
+from jax_tsmm.codegen.model import wgmma_config
 from jax_tsmm.codegen.search import candidates, flat_candidates
 from jax_tsmm.codegen.spec import MAX_SHARED_BYTES, has_wgmma
 from jax import lax
@@ -681,6 +682,63 @@ def test_fused_update(dtype, m, n, alpha, beta, batch, k):
     want = alpha * ab_ref(a, c) + beta * to_wide(y)
     bound = 16 * unit_roundoff(dtype) * (abs(alpha) * magnitude("ab", a, c) + abs(beta) * np.abs(to_wide(y)))
     assert np.all(np.abs(to_wide(got) - want) <= bound + 1e-30)
+
+
+FAST_UPDATE_CASES = [  # dtype, M, N, path, stage_copy: the fused update on ab's bulk, wgmma and Gauss paths.
+    # Bulk copies stage y's rows beside A's (KernelSpec.stages_y): rows spaced within a span (33), in padded
+    # groups (40), N odd (17 x 5, 49 x 13); vector copies apply the update in the copy-out.
+    ("float64", 33, 33, "dmma", "bulk"),
+    ("float64", 40, 24, "dmma", "bulk"),
+    ("float64", 17, 5, "dmma", "bulk"),
+    ("float32", 40, 40, "wgmma", "bulk"),
+    ("float32", 49, 13, "wgmma", "bulk"),
+    ("float32", 64, 64, "wgmma", "vector"),
+    ("complex128", 48, 48, "gauss", "bulk"),
+    ("complex128", 53, 21, "gauss", "vector"),
+]
+FAST_UPDATE_PARAMETERS = ("dtype", "m", "n", "path", "stage_copy")
+
+
+def fast_update_spec(dtype, m, n, path, stage_copy) -> KernelSpec:
+    """The kernel of a FAST_UPDATE_CASES row: staged output, as each path needs with the update."""
+    problem = Problem("ab", dtype, m, n, update=True)
+    if path == "wgmma":
+        return KernelSpec(problem, dataclasses.replace(wgmma_config(problem), rows_per_stage=128, stages=3,
+                                                       stage_copy=stage_copy, blocks_per_sm=1))
+    return two_passes_a_stage(problem, Config(
+        tile_m=2, tile_n=min(2, -(-n // 8)), mapping="blocked", row_groups=2 if path == "dmma" else 1,
+        c_source="global", mma=True, gauss=path == "gauss", stage_out=True, stage_copy=stage_copy, blocks_per_sm=1))
+
+
+@pytest.fixture(scope="module")
+def fast_update_kernels_compiled(request):
+    precompile_selected(request, "test_fused_update_fast_paths", FAST_UPDATE_PARAMETERS, fast_update_spec)
+
+
+@pytest.mark.parametrize("scales", ["in_place", "general", "beta_zero"])
+@pytest.mark.parametrize(", ".join(FAST_UPDATE_PARAMETERS), FAST_UPDATE_CASES)
+@pytest.mark.parametrize("k", [1, 37, 100_003, 10**6 + 7])
+def test_fused_update_fast_paths(dtype, m, n, path, stage_copy, scales, k, fast_update_kernels_compiled):
+    """ab's fused update on the bulk-copy, wgmma and Gauss kernels: V - Q C written over
+    V (donated), general alpha and beta, and beta = 0 with y all NaN (BLAS's rule: y
+    is not read, so no NaN may reach out); within the error bound, through many
+    rounds of the ring with a ragged last chunk, over batch items off a 16-byte
+    boundary (odd K * N; the long K on one item)."""
+    rng = np.random.default_rng()
+    spec = fast_update_spec(dtype, m, n, path, stage_copy)
+    assert spec.stages_y == (stage_copy == "bulk")
+    alpha, beta = {"in_place": (-1, 1), "beta_zero": (1.5, 0),
+                   "general": (1 - 2j, 0.5j) if dtype.startswith("complex") else (2.5, -0.5)}[scales]
+    batch = () if k > 10**6 else (3,)
+    a = random_operand(rng, batch + (k, m), dtype)
+    c = random_operand(rng, (m, n), dtype)
+    y = random_operand(rng, batch + (k, n), dtype) if beta else np.full(batch + (k, n), np.nan, dtype)
+    y_wide = to_wide(y) if beta else 0
+    want = alpha * ab_ref(a, c) + beta * y_wide
+    with _dispatch.forced(spec):
+        got = jax.jit(lambda a, c, y: jax_tsmm.ab(a, c, out=y, alpha=alpha, beta=beta), donate_argnums=2)(a, c, y)
+    bound = 16 * unit_roundoff(dtype) * (abs(alpha) * magnitude("ab", a, c) + abs(beta) * np.abs(y_wide))
+    assert np.all(np.abs(to_wide(got) - want) <= bound + 1e-30), spec.name
 
 
 def test_fused_update_is_one_pass_in_place():
