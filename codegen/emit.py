@@ -90,9 +90,7 @@ __device__ __forceinline__ int tsmm_misalignment(const T* p) {
 
 // The other direction, for ab's staged output: `count` elements gathered at
 // staged[shift + i] (dst's 16-byte window mirrored, as above) leave for dst[i]
-// as whole 16-byte vectors, the ragged ends element by element, each through
-// `epilogue(value, y_value)`. y (laid out like dst) is read only if non-null,
-// in vectors where its misalignment matches dst's.
+// as whole 16-byte vectors, the ragged ends element by element.
 template <typename T>
 struct alignas(16) TsmmVector {
   T e[16 / sizeof(T)];
@@ -115,37 +113,22 @@ __device__ __forceinline__ void tsmm_store_global_vector(T* p, const TsmmVector<
                : "memory");
 }
 
-template <int kThreads, typename T, typename Epilogue>
-__device__ __forceinline__ void tsmm_copy_out(T* dst, const T* y, const T* staged, int shift, int count,
-                                              Epilogue epilogue) {
+template <int kThreads, typename T>
+__device__ __forceinline__ void tsmm_copy_out(T* dst, const T* staged, int shift, int count) {
   constexpr int kVec = 16 / sizeof(T);
   using Vector = TsmmVector<T>;
   T* window = dst - shift;
-  const T* y_window = y != nullptr ? y - shift : nullptr;
-  const bool y_vectors = y != nullptr && tsmm_misalignment(y) == shift;
   const int vectors = (shift + count + kVec - 1) / kVec;
 #pragma unroll 4
   for (int v = threadIdx.x; v < vectors; v += kThreads) {
     const int first = v * kVec - shift;
     if (first >= 0 && first + kVec <= count) {
-      Vector value = *reinterpret_cast<const Vector*>(staged + v * kVec);
-      Vector y_value = value;
-      if (y_vectors) {
-        y_value = tsmm_load_global_vector(y_window + v * kVec);
-      } else if (y != nullptr) {
-#pragma unroll
-        for (int e = 0; e < kVec; ++e) y_value.e[e] = y_window[v * kVec + e];
-      }
-#pragma unroll
-      for (int e = 0; e < kVec; ++e) value.e[e] = epilogue(value.e[e], y_value.e[e]);
-      tsmm_store_global_vector(window + v * kVec, value);
+      tsmm_store_global_vector(window + v * kVec, *reinterpret_cast<const Vector*>(staged + v * kVec));
     } else {
 #pragma unroll
       for (int e = 0; e < kVec; ++e) {
         const int i = v * kVec + e;
-        if (first + e >= 0 && first + e < count) {
-          window[i] = epilogue(staged[i], y != nullptr ? y_window[i] : staged[i]);
-        }
+        if (first + e >= 0 && first + e < count) window[i] = staged[i];
       }
     }
   }
@@ -1074,7 +1057,7 @@ def _emit_ab(spec: KernelSpec) -> str:
     passes = spec.rows_per_chunk // spec.rows_per_pass
 
     body = _block_prologue(spec, ar, "c") + _ab_out(spec, e)
-    if p.update and (spec.stages_y or not spec.config.stage_out):  # else the copy-out applies it
+    if p.update:
         body += [
             f"auto update = [&]({e} acc, {e} y_value) {{",
             "  return read_y ? tsmm_add(tsmm_scale(args.alpha, acc), tsmm_scale(args.beta, y_value))",
@@ -1119,9 +1102,13 @@ def _emit_ab(spec: KernelSpec) -> str:
     if spec.bulk:
         body += [""] + _bulk_pipeline(spec, consume, *_ab_bulk_store(spec))
     else:
+        issue = [_staging(spec, e, "a", p.m)[0]]
+        if spec.stages_y:  # the chunk's rows of y, one span (only where beta reads them)
+            issue.append(f"if (read_y) tsmm_stage_copy<{e}, {spec.threads}, {_STAGE_COPY_KINDS[spec.config.stage_copy]}>"
+                         f"(slot_y(slot), y + row0 * {p.n}, y_shift, rows * {p.n});")
         if spec.config.stage_out:
-            consume += _ab_copy_out(spec, e)
-        body += [""] + _pipeline(spec, [_staging(spec, e, "a", p.m)[0]], consume)
+            consume += _ab_copy_out(spec)
+        body += [""] + _pipeline(spec, issue, consume)
     return _kernels(spec, [(spec.name, spec.threads, body)])
 
 
@@ -1278,26 +1265,14 @@ def _ab_bulk_store(spec: KernelSpec) -> tuple[list[str], list[str]]:
     return finish, ["if (tid == 0) tsmm_bulk_store_wait<true>();  // the last stores have landed"]
 
 
-def _ab_copy_out(spec: KernelSpec, e: str) -> list[str]:
+def _ab_copy_out(spec: KernelSpec) -> list[str]:
     """The end of a chunk with staged output: after a barrier, all threads copy the
-    chunk's span of out (applying the fused update, if any) in 16-byte vectors."""
-    p = spec.problem
-    copy_out = f"tsmm_copy_out<{spec.threads}>(out + row0 * {p.n}, {{}}, sout, out_shift, rows * {p.n}, {{}});"
-    no_y = f"static_cast<const {e}*>(nullptr)"
-    lines = [
+    chunk's span of out in 16-byte vectors."""
+    return [
         "// Staged output: the chunk's rows of out are one contiguous span; once all tiles",
         "// are in shared memory it leaves in whole 16-byte vectors (full sectors).",
         "__syncthreads();",
-    ]
-    if not p.update:
-        return lines + [copy_out.format(no_y, f"[]({e} value, {e}) {{ return value; }}")]
-    return lines + [  # the test of beta outside the loop keeps the stores whole vectors
-        "if (read_y) {",
-        "  " + copy_out.format(f"y + row0 * {p.n}", f"[&]({e} acc, {e} y_value) {{ "
-                               "return tsmm_add(tsmm_scale(args.alpha, acc), tsmm_scale(args.beta, y_value)); }"),
-        "} else {",
-        "  " + copy_out.format(no_y, f"[&]({e} acc, {e}) {{ return tsmm_scale(args.alpha, acc); }}"),
-        "}",
+        f"tsmm_copy_out<{spec.threads}>(out + row0 * {spec.problem.n}, sout, out_shift, rows * {spec.problem.n});",
     ]
 
 
@@ -1311,8 +1286,8 @@ def _ab_store(spec: KernelSpec, ar: _Arith, tiles: list[tuple[tuple[str, ...], s
     def guarded(guard: str | None, line: str) -> str:
         return f"if ({guard}) {line}" if guard else line
 
-    if spec.config.stage_out:  # into the chunk's span in shared memory; the update applied here with
-        # y's staged rows (stages_y), else by the copy-out
+    if spec.config.stage_out:  # into the chunk's span in shared memory, the update applied with y's
+        # staged rows (stages_y)
         def store(accs, row, col):
             at = f"({row}) * {p.n} + {col}"
             values = [f"update({acc}, sy[{at}{f' + {h}' if h else ''}])" if spec.stages_y else acc

@@ -85,8 +85,10 @@ def _ab_staging(problem: Problem, a_row_bytes: int) -> tuple[int, bool]:
     """(bytes per row a stage budgets for, stage_out): out is staged beside A's
     rows unless that would leave a stage less than MIN_A_STAGE_BYTES of A (out
     much wider than A), where the loads need the room to stay in flight, or the
-    fused update reads y (staged, y's loads wait in the copy-out: 72-76 % of
-    roofline at 8x8 and 64x64 on an H100 against 84-85 % loading y ahead)."""
+    fused update reads y (y's loads then waited in the copy-out: 72-76 % of
+    roofline at 8x8 and 64x64 on an H100 against 84-85 % loading y ahead; since
+    2026-11-26 y is staged beside A instead (KernelSpec.stages_y), which the
+    tuner's entries use and the model has not been measured with)."""
     with_out = a_row_bytes + problem.n * problem.element_bytes
     if not problem.update and STAGE_BYTES // with_out * a_row_bytes >= MIN_A_STAGE_BYTES:
         return with_out, True

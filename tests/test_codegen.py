@@ -770,15 +770,17 @@ def test_bulk_ab_slabs_cover_each_pass_once(m, tile_m, row_groups):
 
 
 @pytest.mark.parametrize("dtype, m, n", [("float64", 33, 33), ("float64", 40, 24), ("float64", 17, 5),
-                                         ("float32", 40, 40), ("float32", 49, 13), ("complex128", 48, 48)])
-def test_fused_update_stages_y_beside_a_on_bulk_copies(dtype, m, n):
-    """With bulk copies the fused update's y arrives with A (KernelSpec.stages_y): each
+                                         ("float32", 40, 40), ("float32", 64, 64), ("complex128", 48, 48),
+                                         ("complex64", 9, 7)])
+def test_fused_update_stages_y_beside_a(dtype, m, n):
+    """With staged output the fused update's y arrives with A (KernelSpec.stages_y): each
     stage holds a chunk of y's rows after A's area, 16-byte aligned with a vector of
-    slack for y's misalignment, counted in the shared memory; the producer stages it
-    on the slot's barrier only where beta reads it, and the consumers apply the update
-    as they gather out. The search offers such kernels for every dtype's update."""
+    slack for y's misalignment, counted in the shared memory; it is staged (by the
+    producer warp with bulk copies, else by the issue step) only where beta reads it,
+    and the threads apply the update as they gather out. The search offers such
+    kernels for every dtype's update."""
     problem = Problem("ab", dtype, m, n, update=True)
-    found = [c for c in candidates(problem, 64, "sm_90") if c.stage_copy == "bulk"]
+    found = [c for c in candidates(problem, 64, "sm_90") if c.stage_out]
     assert found
     for config in found:
         spec = KernelSpec(problem, config)
@@ -790,8 +792,9 @@ def test_fused_update_stages_y_beside_a_on_bulk_copies(dtype, m, n):
         assert spec.stage_bytes == plain.stage_bytes + y_area * problem.element_bytes
         assert spec.shared_bytes - plain.shared_bytes == config.stages * y_area * problem.element_bytes
         source = kernel_source(spec)
-        assert f"if (read_y && lane == 1) tsmm_bulk_stage(slot_y(slot) + y_shift, y + row0 * {n}" in source
-        assert "update(acc" in source and "tsmm_copy_out" not in source
+        staging = (f"if (read_y && lane == 1) tsmm_bulk_stage(slot_y(slot) + y_shift, y + row0 * {n}" if spec.bulk
+                   else f"if (read_y) tsmm_stage_copy<")
+        assert staging in source and "update(acc" in source and ", sy[" in source
 
 
 def test_bulk_ab_needs_a_spacing_its_passes_hold_and_staged_output():

@@ -686,7 +686,7 @@ def test_fused_update(dtype, m, n, alpha, beta, batch, k):
 
 FAST_UPDATE_CASES = [  # dtype, M, N, path, stage_copy: the fused update on ab's bulk, wgmma and Gauss paths.
     # Bulk copies stage y's rows beside A's (KernelSpec.stages_y): rows spaced within a span (33), in padded
-    # groups (40), N odd (17 x 5, 49 x 13); vector copies apply the update in the copy-out.
+    # groups (40), N odd (17 x 5, 49 x 13); vector copies stage y in the issue step (FMA tiles too).
     ("float64", 33, 33, "dmma", "bulk"),
     ("float64", 40, 24, "dmma", "bulk"),
     ("float64", 17, 5, "dmma", "bulk"),
@@ -695,6 +695,8 @@ FAST_UPDATE_CASES = [  # dtype, M, N, path, stage_copy: the fused update on ab's
     ("float32", 64, 64, "wgmma", "vector"),
     ("complex128", 48, 48, "gauss", "bulk"),
     ("complex128", 53, 21, "gauss", "vector"),
+    ("float64", 33, 33, "dmma", "vector"),
+    ("complex64", 9, 7, "fma", "vector"),
 ]
 FAST_UPDATE_PARAMETERS = ("dtype", "m", "n", "path", "stage_copy")
 
@@ -702,8 +704,10 @@ FAST_UPDATE_PARAMETERS = ("dtype", "m", "n", "path", "stage_copy")
 def fast_update_spec(dtype, m, n, path, stage_copy) -> KernelSpec:
     """The kernel of a FAST_UPDATE_CASES row: staged output, as each path needs with the update."""
     problem = Problem("ab", dtype, m, n, update=True)
+    if path == "fma":
+        return KernelSpec(problem, next(c for c in candidates(problem, 64) if c.stage_out and not c.mma))
     if path == "wgmma":
-        return KernelSpec(problem, dataclasses.replace(wgmma_config(problem), rows_per_stage=128, stages=3,
+        return KernelSpec(problem, dataclasses.replace(wgmma_config(problem), rows_per_stage=64, stages=3,
                                                        stage_copy=stage_copy, blocks_per_sm=1))
     return two_passes_a_stage(problem, Config(
         tile_m=2, tile_n=min(2, -(-n // 8)), mapping="blocked", row_groups=2 if path == "dmma" else 1,
@@ -719,14 +723,15 @@ def fast_update_kernels_compiled(request):
 @pytest.mark.parametrize(", ".join(FAST_UPDATE_PARAMETERS), FAST_UPDATE_CASES)
 @pytest.mark.parametrize("k", [1, 37, 100_003, 10**6 + 7])
 def test_fused_update_fast_paths(dtype, m, n, path, stage_copy, scales, k, fast_update_kernels_compiled):
-    """ab's fused update on the bulk-copy, wgmma and Gauss kernels: V - Q C written over
-    V (donated), general alpha and beta, and beta = 0 with y all NaN (BLAS's rule: y
+    """ab's fused update on the bulk-copy, wgmma and Gauss kernels, y staged beside A
+    (KernelSpec.stages_y): V - Q C written over V (donated), general alpha and beta,
+    and beta = 0 with y all NaN (BLAS's rule: y
     is not read, so no NaN may reach out); within the error bound, through many
     rounds of the ring with a ragged last chunk, over batch items off a 16-byte
     boundary (odd K * N; the long K on one item)."""
     rng = np.random.default_rng()
     spec = fast_update_spec(dtype, m, n, path, stage_copy)
-    assert spec.stages_y == (stage_copy == "bulk")
+    assert spec.stages_y and spec.bulk == (stage_copy == "bulk")
     alpha, beta = {"in_place": (-1, 1), "beta_zero": (1.5, 0),
                    "general": (1 - 2j, 0.5j) if dtype.startswith("complex") else (2.5, -0.5)}[scales]
     batch = () if k > 10**6 else (3,)
