@@ -153,8 +153,7 @@ def _mma_candidates(problem: Problem, arch: str) -> dict[Config, float]:
         per_pass = KernelSpec(problem, Config(row_groups=row_groups, mma=True, tf32x3=tf32x3, gauss=gauss,
                                               stage_copy=stage_copy)).rows_per_pass if atb else 8 * tile_m * row_groups
         staged = ab_bulk_row_bytes(tile_m * row_groups) if stage_copy == "bulk" and not atb else row_bytes
-        y_staged = problem.update and stage_copy == "bulk"  # y's rows beside A's (KernelSpec.stages_y)
-        staged_bytes = staged + (stage_out + y_staged) * out_row_bytes
+        staged_bytes = staged + stage_out * (1 + problem.update) * out_row_bytes  # the update's y too (stages_y)
         rows = max(per_pass, int(stage_bytes // staged_bytes) // per_pass * per_pass)
         config = Config(tile_m=tile_m, tile_n=tile_n, mapping="blocked", row_groups=row_groups,
                         rows_per_stage=rows, stages=stages, unroll=2 if atb else 1, mma=True, tf32x3=tf32x3,
@@ -221,8 +220,8 @@ def _wgmma_candidates(problem: Problem) -> dict[Config, float]:
         (4, 8, 12), STAGE_BYTES, (2, 3, 4), (1, 2), stage_outs, ("vector", "bulk"),
     ):
         per_pass = 16 * row_groups
-        y_staged = problem.update and stage_copy == "bulk"  # y's rows beside A's (KernelSpec.stages_y)
-        rows = max(per_pass, stage_bytes // (row_bytes + (stage_out + y_staged) * out_row_bytes) // per_pass * per_pass)
+        staged_bytes = row_bytes + stage_out * (1 + problem.update) * out_row_bytes  # the update's y too (stages_y)
+        rows = max(per_pass, stage_bytes // staged_bytes // per_pass * per_pass)
         config = dataclasses.replace(base, row_groups=row_groups, rows_per_stage=rows, stages=stages,
                                      stage_out=stage_out, stage_copy=stage_copy, blocks_per_sm=blocks)
         spec = KernelSpec(problem, config)
@@ -285,7 +284,9 @@ def candidates(problem: Problem, limit: int = 16, arch: str = "sm_90") -> list[C
         for stage_bytes, stages, mapping, unroll, blocks, padded, stage_out in itertools.product(
             STAGE_BYTES, (2, 3, 4), ("interleaved", "blocked"), (1, 2, 4), (1, 2, 3, 4), paddings, _stage_outs(problem),
         ):
-            row_bytes = (problem.m + (problem.n if problem.op == "atb" or stage_out else 0)) * problem.element_bytes
+            # B's row (atb), or out's and the update's y's where out is staged (KernelSpec.stages_y)
+            row_bytes = (problem.m + (problem.n if problem.op == "atb" else stage_out * (1 + problem.update) * problem.n)
+                         ) * problem.element_bytes
             rows = max(granule, stage_bytes // row_bytes // granule * granule)
             config = Config(tile_m=tile_m, tile_n=tile_n, mapping=mapping, row_groups=row_groups,
                             rows_per_stage=rows, stages=stages, unroll=unroll, c_source=c_source,

@@ -135,7 +135,8 @@ class Config:
                      rows per fragment row where DMMA takes 4. It spares float32
                      DMMA's widening conversions, which cost as much pipe time as
                      the DMMAs themselves.
-    wgmma            float32 ab with tf32x3 only (the update with stage_out; sm_90a): Hopper's warpgroup MMA
+    wgmma            float32 ab with tf32x3 only (the update with stage_out;
+                     sm_90a): Hopper's warpgroup MMA
                      (wgmma.mma_async m64nNk8) instead of mma.sync. C, split
                      once per block, sits in shared memory as wgmma's B operand,
                      read by the tensor cores for every warp, where mma.sync
