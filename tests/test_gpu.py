@@ -61,6 +61,21 @@ def check_forced(spec: KernelSpec, op, a, b, conj=False) -> None:
     assert np.array_equal(np.asarray(out), np.asarray(again))
 
 
+def check_forced_update(p: Problem, spec: KernelSpec, rng, k, batch=(), alpha=-1, beta=1) -> None:
+    """``spec`` forced on ab's fused update ``p`` (spec's problem, or its real view's),
+    beta * y + alpha * A C with out written over y (donated), on fresh operands:
+    within the error bound."""
+    a = random_operand(rng, batch + (k, p.m), p.dtype)
+    c = random_operand(rng, (p.m, p.n), p.dtype)
+    y = random_operand(rng, batch + (k, p.n), p.dtype)
+    y_wide = to_wide(y)
+    want = alpha * ab_ref(a, c) + beta * y_wide
+    with _dispatch.forced(spec):
+        got = jax.jit(lambda a, c, y: jax_tsmm.ab(a, c, out=y, alpha=alpha, beta=beta), donate_argnums=2)(a, c, y)
+    bound = 16 * unit_roundoff(p.dtype) * (abs(alpha) * magnitude("ab", a, c) + abs(beta) * np.abs(y_wide))
+    assert np.all(np.abs(to_wide(got) - want) <= bound + 1e-30), spec.name
+
+
 def operands(rng, op, dtype, k, m, n, a_batch=(), b_batch=()):
     a = random_operand(rng, a_batch + (k, m), dtype)
     b = random_operand(rng, b_batch + ((k, n) if op == "atb" else (m, n)), dtype)
@@ -304,19 +319,9 @@ def test_flat_mapping_ab(dtype, m, n, k):
 def test_flat_mapping_update_in_place(dtype, m, n):
     """The flat mapping's fused update, y read as vectors (aligned items) or element
     by element (items off a 16-byte boundary), out written over y."""
-    rng = np.random.default_rng()
-    k, batch, alpha, beta = 10_001, (3,), 1.5, -0.5
     problem = Problem("ab", dtype, m, n, update=True)
     spec = KernelSpec(problem, flat_candidates(problem)[0])
-    a = random_operand(rng, batch + (k, m), dtype)
-    c = random_operand(rng, (m, n), dtype)
-    y = random_operand(rng, batch + (k, n), dtype)
-    y_wide = to_wide(y)
-    want = alpha * ab_ref(a, c) + beta * y_wide
-    with _dispatch.forced(spec):
-        got = jax.jit(lambda a, c, y: jax_tsmm.ab(a, c, out=y, alpha=alpha, beta=beta), donate_argnums=2)(a, c, y)
-    bound = 16 * unit_roundoff(dtype) * (abs(alpha) * magnitude("ab", a, c) + abs(beta) * np.abs(y_wide))
-    assert np.all(np.abs(to_wide(got) - want) <= bound + 1e-30), spec.name
+    check_forced_update(problem, spec, np.random.default_rng(), 10_001, (3,), alpha=1.5, beta=-0.5)
 
 
 @pytest.mark.parametrize("k", [1, 31, 33, 1000, 10**6 + 7])
@@ -728,20 +733,10 @@ def test_fused_update_fast_paths(dtype, m, n, path, stage_copy, scales, k, fast_
     beta; within the error bound, through many rounds of the ring with a ragged last
     chunk, over batch items off a 16-byte boundary (odd K * N; the long K on one
     item). (beta = 0 lowers to plain ab: test_cuda_lowering.)"""
-    rng = np.random.default_rng()
     spec = fast_update_spec(dtype, m, n, path, stage_copy)
     assert spec.stages_y and spec.bulk == (stage_copy == "bulk")
     alpha, beta = (-1, 1) if scales == "in_place" else (1 - 2j, 0.5j) if dtype.startswith("complex") else (2.5, -0.5)
-    batch = () if k > 10**6 else (3,)
-    a = random_operand(rng, batch + (k, m), dtype)
-    c = random_operand(rng, (m, n), dtype)
-    y = random_operand(rng, batch + (k, n), dtype)
-    y_wide = to_wide(y)
-    want = alpha * ab_ref(a, c) + beta * y_wide
-    with _dispatch.forced(spec):
-        got = jax.jit(lambda a, c, y: jax_tsmm.ab(a, c, out=y, alpha=alpha, beta=beta), donate_argnums=2)(a, c, y)
-    bound = 16 * unit_roundoff(dtype) * (abs(alpha) * magnitude("ab", a, c) + abs(beta) * np.abs(y_wide))
-    assert np.all(np.abs(to_wide(got) - want) <= bound + 1e-30), spec.name
+    check_forced_update(spec.problem, spec, np.random.default_rng(), k, () if k > 10**6 else (3,), alpha, beta)
 
 
 def test_fused_update_is_one_pass_in_place():
@@ -822,15 +817,10 @@ def test_tuned_kernels(key, tuned_kernels_compiled):
     rng = np.random.default_rng()
     for p, spec in TUNED_CASES[key]:
         k = 3 * spec.rows_per_chunk + 5
-        a, b = operands(rng, p.op, p.dtype, k, p.m, p.n)
         if p.update:
-            y = random_operand(rng, (k, p.n), p.dtype)
-            with _dispatch.forced(spec):
-                got = jax.jit(lambda a, c, y: jax_tsmm.ab(a, c, out=y, alpha=-1, beta=1))(a, b, y)
-            want = to_wide(y) - ab_ref(a, b)
-            bound = 16 * unit_roundoff(p.dtype) * (magnitude("ab", a, b) + np.abs(to_wide(y)))
-            assert np.all(np.abs(to_wide(got) - want) <= bound), spec.name
+            check_forced_update(p, spec, rng, k)
             continue
+        a, b = operands(rng, p.op, p.dtype, k, p.m, p.n)
         with _dispatch.forced(spec):
             out = run(p.op, a, b)
         assert_close(out, a, b, op=p.op, err_msg=spec.name)
