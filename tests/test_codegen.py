@@ -232,7 +232,7 @@ def test_tensor_cores_serve_float64_and_float32():
 ])
 def test_gauss_serves_complex128_on_dmma_only(problem, change):
     """Gauss's products serve complex128 atb and ab on DMMA alone, ab's fused update
-    with staged output (whose copy-out, or staged y, applies it)."""
+    with staged output (y staged beside A: KernelSpec.stages_y)."""
     config = Config(tile_m=2, tile_n=2, mapping="blocked", row_groups=1, rows_per_stage=16, mma=True, gauss=True,
                     blocks_per_sm=1)
     validate(KernelSpec(Problem("atb", "complex128", 40, 40), config))

@@ -689,7 +689,7 @@ def test_fused_update(dtype, m, n, alpha, beta, batch, k):
     assert np.all(np.abs(to_wide(got) - want) <= bound + 1e-30)
 
 
-FAST_UPDATE_CASES = [  # dtype, M, N, path, stage_copy: the fused update on ab's bulk, wgmma and Gauss paths.
+FAST_UPDATE_CASES = [  # dtype, M, N, path, stage_copy: the fused update with staged output on ab's paths.
     # Bulk copies stage y's rows beside A's (KernelSpec.stages_y): rows spaced within a span (33), in padded
     # groups (40), N odd (17 x 5, 49 x 13); vector copies stage y in the issue step (FMA tiles too).
     ("float64", 33, 33, "dmma", "bulk"),
