@@ -241,9 +241,9 @@ def operand_sets(op: str, dtype, m: int, n: int, k: int, seed: int) -> list[tupl
 
 def timed_kernel(op: str, dtype, m: int, n: int, k: int):
     """The kernel a call of this shape runs, or None for XLA's dot."""
-    kernel_op = "atb" if op == "atb" else "ab"
-    return _dispatch.select(kernel_op, dtype, m, n, k, 0, False, _cuda.arch(), _cuda.device_kind(),
-                            update=op == "ab_update")
+    problem = _dispatch.named_problem(op, dtype, m, n)
+    return _dispatch.select(problem.op, dtype, m, n, k, 0, False, _cuda.arch(), _cuda.device_kind(),
+                            update=problem.update)
 
 
 def kernels_to_time(ops, dtypes, shapes, sweep_widths, sweep_ks, model: bool) -> list:

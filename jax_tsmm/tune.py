@@ -101,16 +101,6 @@ def largest_range_min(k: int) -> int:
     return min(K_RANGES[-1][0], k)
 
 
-def bench_op(problem: Problem) -> str:
-    """The bench's name of the operation ``problem`` times: ab's fused update is a row of its own."""
-    return "ab_update" if problem.update else problem.op
-
-
-def bench_problem(op: str, dtype: str, m: int, n: int) -> Problem:
-    """The problem a bench op ("atb", "ab" or "ab_update") of this shape times: ``bench_op``'s inverse."""
-    return Problem("ab" if op == "ab_update" else op, dtype, m, n, update=op == "ab_update")
-
-
 def candidate_specs(problem: Problem, limit: int, arch: str) -> list[KernelSpec]:
     """Up to ``limit`` candidates of the problem and, for a complex problem with a
     real view, up to ``limit`` of the real problem it can run as (the same bytes,
@@ -294,7 +284,7 @@ def tune_problem(problem: Problem, ceilings: dict, limit: int, arch: str, ranges
     once the timing at K_ALIGNED has marked it."""
     dtype = np.dtype(problem.dtype)
     specs = candidate_specs(problem, limit, arch)
-    op = bench_op(problem)
+    op = _dispatch.op_name(problem)
     ours, xla = bench.operations(op)
 
     def neighbours_of(spec: KernelSpec) -> list[KernelSpec]:
@@ -420,7 +410,7 @@ def entries_from_bench(reports: list[dict]) -> dict[str, list[dict]]:
             k_min = row["K"]
             key = _dispatch.mtsm_key(row["op"] == "mtsm_t", row["dtype"], row["N"])
         else:
-            key = _dispatch.problem_key(bench_problem(row["op"], row["dtype"], row["M"], row["N"]))
+            key = _dispatch.problem_key(_dispatch.named_problem(row["op"], row["dtype"], row["M"], row["N"]))
         won = row["tsmm_s"] < row["xla_s"]
         entry = {
             "k_min": k_min, "k_tuned": row["K"],
@@ -538,7 +528,7 @@ def main(argv=None) -> None:
         _save(path, db)
         return
     dtypes, ops = args.dtypes.split(","), args.ops.split(",")
-    problems = [bench_problem(op, dtype, m, n) for dtype in dtypes for op in ops if op not in MTSM_OPS
+    problems = [_dispatch.named_problem(op, dtype, m, n) for dtype in dtypes for op in ops if op not in MTSM_OPS
                 for m, n in parse_shapes(args.shapes)]
     if set(ops) & set(MTSM_OPS):
         problems += [MtsmProblem(op == "mtsm_t", dtype, n) for dtype in dtypes for op in ops if op in MTSM_OPS

@@ -29,7 +29,7 @@ import jax
 import numpy as np
 
 from jax_tsmm import _cuda, _dispatch, _kernels, bench
-from jax_tsmm.codegen import Config, InvalidSpec, KernelSpec, MtsmSpec, Problem, default_config, validate
+from jax_tsmm.codegen import Config, InvalidSpec, KernelSpec, MtsmSpec, default_config, validate
 from jax_tsmm.codegen.mtsm import MtsmConfig, MtsmProblem
 from jax_tsmm.codegen.mtsm import default_config as mtsm_default_config
 from jax_tsmm.codegen.mtsm import validate as validate_mtsm
@@ -62,7 +62,7 @@ def _tsmm_shape(shape: str, args, ceilings: dict):
     config, operands, roofline, calls."""
     op, dtype, m, n = shape.split(":")
     m, n = int(m), int(n)
-    problem = Problem("ab" if op == "ab_update" else op, dtype, m, n, update=op == "ab_update")
+    problem = _dispatch.named_problem(op, dtype, m, n)
     k = args.k or bench.problem_rows(m, n, np.dtype(dtype))
     base = flat_candidates(problem)[0] if args.flat else default_config(problem, _cuda.arch())
     entry = _dispatch.tuned(_dispatch.problem_key(problem), k, _cuda.arch(), _cuda.device_kind())

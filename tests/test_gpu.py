@@ -790,7 +790,7 @@ def _tuned_cases() -> dict[str, list[tuple[Problem, KernelSpec]]]:
             if op.startswith("mtsm"):
                 continue
             m, n = map(int, shape.split("x"))
-            problem = Problem("ab" if op == "ab_update" else op, dtype, m, n, update=op == "ab_update")
+            problem = _dispatch.named_problem(op, dtype, m, n)
             for e in entries:
                 if e["config"] is not None:
                     kernel = _dispatch.real_view_problem(problem) if e.get("real_view") else problem
