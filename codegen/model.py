@@ -13,8 +13,8 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from .spec import (MMA_DTYPES, Config, InvalidSpec, KernelSpec, Problem, has_bulk_copies, has_wgmma, validate,
-                   wgmma_fragment_vector)
+from .spec import (MMA_DTYPES, Config, InvalidSpec, KernelSpec, Problem, bulk_copies_serve, has_bulk_copies, has_wgmma,
+                   validate, wgmma_fragment_vector)
 
 TARGET_THREADS = 256
 MIN_THREADS = 128
@@ -26,6 +26,8 @@ ROWS_PER_THREAD = 4  # per stage, at least, for atb
 SECTOR_BYTES = 32  # ab: neighbouring threads store at least one full sector of a row
 SHARED_BUDGET = 112 * 1024  # two blocks per SM
 SM_REGISTERS = 65536
+SM_SHARED_BYTES = 228 * 1024
+SM_THREADS = 2048
 C_SHARED_LIMIT = 48 * 1024
 # float64 wider than 16 x 16 turns compute-bound on the FMA units: use DMMA. atb
 # from 9 x 9 too: measured on an H100 (2026-11-22, tune) at 92-95 % of roofline
@@ -55,13 +57,29 @@ WGMMA_WIDTHS = range(33, 65)
 # copies). The model's configuration with vector and with bulk copies, on an H100
 # (2026-11-25, tuner, complex atb as real views): 74 x 74 53.1 -> 76.9 %, 102 x 102
 # 52.5 -> 65.2 %, float32 88 x 88 50.8 -> 59.7 % and 120 x 120 75.2 -> 90.5 % of the
-# roofline.
-BULK_ATB_MIN_OUTPUTS = 64 * 64
+# roofline. DMMA ab beyond it stages by bulk copies too, one block per SM: on an H100
+# (2026-11-25/26, tuner) complex128 ab's entries at 33..64 ran as real views at 22
+# widths, 19 of them with bulk copies and all 22 one block per SM (88.7-96.9 % of the
+# roofline), where the model's vector copies in two blocks ran the fused update of
+# 36..63 at 53-85 % (performance.md, thirty-ninth round).
+BULK_MIN_OUTPUTS = 64 * 64
+# float32 ab beyond it (complex64's real views, wider than wgmma's widths) takes
+# 3xTF32 on mma.sync (wide_tf32x3_ab_config): complex64 ab's entries at 33..64 are
+# 3xTF32 at all 32 widths (H100, 2026-11-25/26), where the widened DMMA kernel ran the
+# fused update of 44..63 at 38-48 %, below XLA's dot (thirty-ninth round).
+TF32X3_AB_MIN_OUTPUTS = 64 * 64
 
 
 def registers_fit(spec: KernelSpec) -> bool:
     """Whether blocks_per_sm blocks of ``spec`` fit one SM's registers, by the estimate."""
     return spec.threads * max(spec.estimated_registers(), 32) * spec.config.blocks_per_sm <= SM_REGISTERS
+
+
+def occupancy_ok(spec: KernelSpec) -> bool:
+    """Whether blocks_per_sm blocks of ``spec`` fit one SM's threads, registers and shared memory."""
+    blocks = spec.config.blocks_per_sm
+    return (blocks * spec.threads <= SM_THREADS and registers_fit(spec)
+            and blocks * spec.shared_bytes <= SM_SHARED_BYTES)
 
 
 def _split(extent: int, widest: int) -> int:
@@ -84,13 +102,9 @@ def _rows_per_stage(problem: Problem, row_bytes: int, granule: int) -> int:
 def _ab_staging(problem: Problem, a_row_bytes: int) -> tuple[int, bool]:
     """(bytes per row a stage budgets for, stage_out): out is staged beside A's
     rows unless that would leave a stage less than MIN_A_STAGE_BYTES of A (out
-    much wider than A), where the loads need the room to stay in flight, or the
-    fused update reads y (y's loads then waited in the copy-out: 72-76 % of
-    roofline at 8x8 and 64x64 on an H100 against 84-85 % loading y ahead; since
-    2026-11-26 y is staged beside A instead (KernelSpec.stages_y), which the
-    tuner's entries use and the model has not been measured with)."""
+    much wider than A), where the loads need the room to stay in flight."""
     with_out = a_row_bytes + problem.n * problem.element_bytes
-    if not problem.update and STAGE_BYTES // with_out * a_row_bytes >= MIN_A_STAGE_BYTES:
+    if STAGE_BYTES // with_out * a_row_bytes >= MIN_A_STAGE_BYTES:
         return with_out, True
     return a_row_bytes, False
 
@@ -177,6 +191,16 @@ def _ab_mma_config(problem: Problem) -> Config:
     return dataclasses.replace(config, rows_per_stage=rows, stage_out=stage_out)
 
 
+def wide_tf32x3_ab_config(problem: Problem) -> Config:
+    """3xTF32 ab on mma.sync beyond TF32X3_AB_MIN_OUTPUTS: the tuner's winner for
+    complex64's fused update at 64 (a real view 128 wide; 93-99 % of the roofline on
+    an H100, 2026-11-26): warps of 4 slabs by 2 blocks of 8 columns side by side in
+    one row group, one block per SM of four stages of 64 rows, out leaving from the
+    registers."""
+    return Config(tile_m=4, tile_n=2, mapping="blocked", row_groups=1, rows_per_stage=64, stages=4,
+                  c_source="global", mma=True, tf32x3=True, blocks_per_sm=1)
+
+
 def wgmma_config(problem: Problem) -> Config:
     """3xTF32 ab through wgmma: one warpgroup of 64 rows a pass, two blocks per SM, out
     staged, bulk copies where M allows them and the registers (estimated) of two
@@ -194,22 +218,30 @@ def wgmma_config(problem: Problem) -> Config:
 def default_config(problem: Problem, arch: str = "") -> Config:
     """A valid configuration for ``problem`` from the model above, for GPUs of ``arch``
     (empty: any from sm_80, as the prebuilt set is built; "sm_90" may get wgmma)."""
-    if (has_wgmma(arch) and problem.op == "ab" and problem.dtype == "float32" and not problem.update
+    if problem.update:
+        return carried_to_update(problem, default_config(dataclasses.replace(problem, update=False), arch))
+    if (has_wgmma(arch) and problem.op == "ab" and problem.dtype == "float32"
             and problem.m in WGMMA_WIDTHS and problem.n in WGMMA_WIDTHS):
         return wgmma_config(problem)
+    if problem.op == "ab" and problem.dtype == "float32" and problem.m * problem.n > TF32X3_AB_MIN_OUTPUTS:
+        config = wide_tf32x3_ab_config(problem)
+        validate(KernelSpec(problem, config))  # one block per SM: its shared memory is a block's
+        return config
     widest = _widest_tile(problem)
     atb_mma = problem.m * problem.n > ATB_MMA_MIN_OUTPUTS and min(problem.m, problem.n) >= ATB_MMA_MIN_WIDTH
     if problem.dtype in MMA_DTYPES and (problem.m * problem.n > MMA_MIN_OUTPUTS or problem.op == "atb" and atb_mma):
         mma_config = _atb_mma_config if problem.op == "atb" else _ab_mma_config
         config = _shrink_to_fit(problem, mma_config(problem))
-        if problem.op == "atb" and problem.m * problem.n > BULK_ATB_MIN_OUTPUTS and arch and has_bulk_copies(arch):
-            bulk = dataclasses.replace(config, stage_copy="bulk")
+        if problem.m * problem.n > BULK_MIN_OUTPUTS and arch and has_bulk_copies(arch):
+            one_block = {} if problem.op == "atb" else dict(blocks_per_sm=1)
+            bulk = dataclasses.replace(config, stage_copy="bulk", **one_block)
             granule = KernelSpec(problem, bulk).rows_per_pass  # rows taken row_spacing apart
-            try:
-                return _shrink_to_fit(problem, dataclasses.replace(
-                    bulk, rows_per_stage=max(granule, bulk.rows_per_stage // granule * granule)))
-            except InvalidSpec:
-                pass  # a layout the bulk copies do not serve
+            if bulk_copies_serve(KernelSpec(problem, bulk)):
+                try:
+                    return _shrink_to_fit(problem, dataclasses.replace(
+                        bulk, rows_per_stage=max(granule, bulk.rows_per_stage // granule * granule)))
+                except InvalidSpec:
+                    pass  # no stage of whole passes fits the budget
         return config
     if problem.op == "atb":
         # More panels (blocks along M) only when one block cannot hold the result.
@@ -244,6 +276,41 @@ def default_config(problem: Problem, arch: str = "") -> Config:
                         stages=STAGES, unroll=min(problem.m, 4), c_source=c_source, padded=True,
                         stage_out=stage_out, blocks_per_sm=BLOCKS_PER_SM)
     return _shrink_to_fit(problem, config)
+
+
+def carried_to_update(problem: Problem, config: Config) -> Config:
+    """Plain ab's ``config`` for the fused update ``problem`` of its shape: the same
+    kernel, y's rows staged beside A's where out is staged (KernelSpec.stages_y), its
+    ring made to fit blocks_per_sm blocks on an SM by fewer rows per stage (whole
+    passes), then fewer stages, then fewer blocks; where none fits, the same with out
+    (and so y) staged. Raise InvalidSpec where nothing fits. The update moves A and
+    out as plain ab does, plus y: on an H100 (2026-11-26) plain ab's tuned kernels
+    carried over ran the update at 89-97 % of the roofline at 18 of 19 widths
+    without entries of their own where the model's had run 46-83 % (performance.md,
+    thirty-ninth round)."""
+    for staged in dict.fromkeys([config, dataclasses.replace(config, stage_out=True)]):
+        granule = math.lcm(KernelSpec(problem, staged).rows_per_pass, problem.vector_elements)
+        for blocks in range(staged.blocks_per_sm, 0, -1):
+            for stages in range(staged.stages, 1, -1):
+                for rows in _halvings(staged.rows_per_stage, granule):
+                    carried = dataclasses.replace(staged, rows_per_stage=rows, stages=stages, blocks_per_sm=blocks)
+                    spec = KernelSpec(problem, carried)
+                    try:
+                        validate(spec)
+                    except InvalidSpec:
+                        continue
+                    if occupancy_ok(spec):
+                        return carried
+    validate(KernelSpec(problem, carried))  # the smallest ring: raises with the reason
+    raise InvalidSpec("no ring of this kernel fits an SM with the update's y staged", KernelSpec(problem, config))
+
+
+def _halvings(rows: int, granule: int) -> list[int]:
+    """``rows``, then halved to whole multiples of ``granule`` down to one granule."""
+    found = [rows]
+    while found[-1] > granule:
+        found.append(max(granule, found[-1] // 2 // granule * granule))
+    return found
 
 
 def _shrink_to_fit(problem: Problem, config: Config) -> Config:

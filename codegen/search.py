@@ -10,15 +10,12 @@ import itertools
 import math
 
 from . import mtsm
-from .model import _split, default_config, registers_fit, wgmma_config
+from .model import SM_REGISTERS, SM_THREADS, _split, default_config, occupancy_ok, wgmma_config
 from .mtsm import MtsmConfig, MtsmProblem, MtsmSpec
 from .spec import (FLAT_MAX_M, MAX_REGISTERS, MAX_THREADS, MMA_DTYPES, VECTOR_BYTES, Config, InvalidSpec,
                    KernelSpec, Problem, has_bulk_copies, has_wgmma, validate)
 
-SM_REGISTERS = 65536
 SM_PARTITIONS = 4
-SM_SHARED_BYTES = 228 * 1024
-SM_THREADS = 2048
 STAGE_BYTES = (8 * 1024, 16 * 1024, 32 * 1024)
 # atb with bulk copies: one block per SM with two stages this large (about 256 rows
 # of 2 x 44 floats). On an H200 (2026-11-24) such kernels ran float32 atb at 34..56
@@ -64,13 +61,6 @@ def launch_bound_registers(threads: int, blocks_per_sm: int) -> int:
     168 at 288 threads; 128 at 512)."""
     warps = math.ceil(blocks_per_sm * math.ceil(threads / 32) / SM_PARTITIONS)
     return min(MAX_REGISTERS, SM_REGISTERS // SM_PARTITIONS // (32 * warps) // 8 * 8)
-
-
-def occupancy_ok(spec: KernelSpec) -> bool:
-    """Whether blocks_per_sm blocks of ``spec`` fit one SM's threads, registers and shared memory."""
-    blocks = spec.config.blocks_per_sm
-    return (blocks * spec.threads <= SM_THREADS and registers_fit(spec)
-            and blocks * spec.shared_bytes <= SM_SHARED_BYTES)
 
 
 def score(spec: KernelSpec) -> float:

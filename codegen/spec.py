@@ -671,7 +671,8 @@ def _round_up(x: int, y: int) -> int:
     return _ceil_div(x, y) * y
 
 
-def _bulk_fits(spec: KernelSpec) -> bool:
+def bulk_copies_serve(spec: KernelSpec) -> bool:
+    """Whether bulk copies can stage ``spec``'s rows (its kind and layout, not its sizes)."""
     p, c = spec.problem, spec.config
     if not (c.mma and (p.dtype in MMA_DTYPES or c.gauss)):
         return False
@@ -719,7 +720,7 @@ def validate(spec: KernelSpec) -> None:
     if not 1 <= c.m_panels <= (p.m if p.op == "atb" else 1):
         errors.append(f"m_panels {c.m_panels} must lie in 1..M for atb and be 1 for ab")
         raise InvalidSpec("; ".join(errors), spec)
-    if c.stage_copy == "bulk" and not _bulk_fits(spec):
+    if c.stage_copy == "bulk" and not bulk_copies_serve(spec):
         errors.append("bulk stage copies serve DMMA atb (float64, float32, complex128 by Gauss), and ab with "
                       "staged output: DMMA (float64, complex128 by Gauss) whose rows some spacing "
                       "that divides a pass's slabs keeps aligned, wgmma with M not a multiple of 32")

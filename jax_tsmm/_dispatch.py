@@ -24,6 +24,7 @@ has one.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import json
 import pathlib
@@ -31,7 +32,7 @@ import re
 
 import numpy as np
 
-from jax_tsmm.codegen import Config, InvalidSpec, KernelSpec, MtsmSpec, Problem, default_config
+from jax_tsmm.codegen import Config, InvalidSpec, KernelSpec, MtsmSpec, Problem, carried_to_update, default_config
 from jax_tsmm.codegen.abi import MAX_BATCH_DIMS
 
 KERNEL_DTYPES = ("float32", "float64", "complex64", "complex128")
@@ -192,6 +193,31 @@ def tuned(key: str, k: int, arch: str, device: str = "") -> dict | None:
     return chosen
 
 
+def _entry(problem: Problem, k: int, arch: str, device: str, real_view: bool = True) -> dict | None:
+    """The database entry that serves ``problem`` at K (``tuned``). ab's fused update
+    without entries of its own takes, in turn, the update entry of its real view
+    (where ``real_view`` allows it), then plain ab's kernel entry of its shape with
+    that kernel carried to the update (``carried_to_update``: y staged beside A
+    where out is); where plain ab's entry chose XLA's dot, or has no kernel that
+    takes the update, the database has no say (the update saves XLA's second pass)."""
+    entry = tuned(problem_key(problem), k, arch, device)
+    if entry is not None or not problem.update:
+        return entry
+    real = real_view_problem(problem) if real_view else None
+    real_entry = tuned(problem_key(real), k, arch, device) if real is not None else None
+    if real_entry is not None and real_entry["config"] is not None:
+        return {**real_entry, "real_view": True}
+    plain = tuned(problem_key(dataclasses.replace(problem, update=False)), k, arch, device)
+    if plain is None or plain["config"] is None:
+        return None
+    kernel_problem = real_view_problem(problem) if plain.get("real_view", False) else problem
+    try:
+        config = carried_to_update(kernel_problem, Config(**plain["config"]))
+    except InvalidSpec:
+        return None
+    return {**plain, "config": dataclasses.asdict(config)}
+
+
 def _nearest_kernel_entry(entries: list[dict], k: int) -> dict | None:
     """Of a key's entries that chose a kernel, the one timed at the K nearest ``k``
     (by ratio) within a factor of NEAREST_KERNEL_REACH, or None. Its kernel beat
@@ -285,7 +311,7 @@ def select(op: str, dtype, m: int, n: int, k: int, batch_dims: int, conj: bool,
     spec = forced_spec(problem, real)
     if spec is not None:
         return spec
-    entry = tuned(problem_key(problem), k, arch, device)
+    entry = _entry(problem, k, arch, device, real_view)
     if entry is not None and entry["config"] is None:
         return None  # XLA measured faster
     if real is not None and _prefers_real_view(entry, real):
@@ -305,7 +331,7 @@ def _real_view_kernel(real: Problem, k: int, arch: str, device: str) -> KernelSp
     has one, else the model's. An entry of the real problem that chose XLA compared
     against the real dtype's dot, which says nothing about the complex one (XLA's
     complex ab reached 51-83 % where the real views reached 86-95 %)."""
-    entry = tuned(problem_key(real), k, arch, device)
+    entry = _entry(real, k, arch, device)
     if entry is not None and entry["config"] is not None:
         return KernelSpec(real, Config(**entry["config"]))
     return KernelSpec(real, default_config(real, arch))

@@ -279,3 +279,10 @@ def assert_derivatives_match(ours, theirs, primals, tangents, rng, rtol):
     out_theirs, lin_theirs = jax.linearize(theirs, *primals)
     assert_tree_close((out_ours, lin_ours(*tangents)), (out_theirs, lin_theirs(*tangents)), rtol, "linearize")
     assert_tree_close(jax.linear_transpose(lin_ours, *primals)(ct), vjp_theirs(ct), rtol, "linear_transpose")
+
+
+def poison(nbytes: int) -> None:
+    """Fill free device memory with NaN: the next outputs are likely carved from it."""
+    filler = jnp.full((max(nbytes, 8) // 8 + 1024,), jnp.nan, jnp.float64)
+    filler.block_until_ready()
+    del filler

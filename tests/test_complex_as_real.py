@@ -17,7 +17,7 @@ import jax_tsmm
 from jax_tsmm import _cuda, _dispatch, _kernels, tune
 from jax_tsmm._primitives import ab_p, ab_update_p
 from jax_tsmm.codegen import Config, KernelSpec, Problem, default_config
-from reference import ab_ref, assert_close, magnitude, random_operand, to_wide, unit_roundoff
+from reference import ab_ref, assert_close, magnitude, poison, random_operand, to_wide, unit_roundoff
 
 REAL_OF = {"complex64": "float32", "complex128": "float64"}
 
@@ -285,6 +285,28 @@ def test_wide_complex128_atb_through_the_models_real_view(m, n):
         atb = lambda a, b: jax_tsmm.atb(a, b, conj=conj)
         _assert_real_view(atb, a, b)
         assert_close(jax.jit(atb)(a, b), a, b, op="atb", conj=conj)
+
+
+@pytest.mark.gpu
+@pytest.mark.usefixtures("model_dispatch")
+@pytest.mark.parametrize("dtype, m, n", [("complex64", 44, 44), ("complex64", 57, 40), ("complex64", 64, 61),
+                                         ("complex128", 44, 44), ("complex128", 57, 61)])
+def test_wide_complex_ab_through_the_models_real_view(dtype, m, n):
+    """The model's real views of complex ab and its fused update beyond a real result
+    of 64 x 64 entries (complex64: 3xTF32 on mma.sync, complex128: DMMA with bulk
+    copies on sm_90), both conj, odd K."""
+    rng = np.random.default_rng()
+    k = 100_003
+    a, c, y = (random_operand(rng, shape, dtype) for shape in ((k, m), (m, n), (k, n)))
+    for conj in (False, True):
+        ab = lambda a, c: ab_p.bind(a, c, conj=conj)
+        _assert_real_view(ab, a, c)
+        poison(y.nbytes)
+        assert_close(jax.jit(ab)(a, c), a, c, op="ab", conj=conj)
+        update = lambda a, c, y: ab_update_p.bind(a, c, y, conj=conj, alpha=-1.0, beta=1.0)
+        _assert_real_view(update, a, c, y)
+        poison(y.nbytes)
+        _update_close(jax.jit(update)(a, c, y), a, c, y, -1, 1, conj)
 
 
 @pytest.mark.gpu

@@ -28,19 +28,12 @@ from jax_tsmm.codegen.model import wgmma_config
 from jax_tsmm.codegen.search import candidates, flat_candidates
 from jax_tsmm.codegen.spec import MAX_SHARED_BYTES, has_wgmma
 from jax import lax
-from reference import ab_ref, assert_close, magnitude, random_operand, reference, to_wide, unit_roundoff
+from reference import ab_ref, assert_close, magnitude, poison, random_operand, reference, to_wide, unit_roundoff
 
 pytestmark = [pytest.mark.gpu, pytest.mark.usefixtures("model_kernels")]
 
 DTYPES = ("float32", "float64", "complex64", "complex128")
 SMALL_K = (1, 31, 32, 33, 1000, 4099)
-
-
-def poison(nbytes: int) -> None:
-    """Fill free device memory with NaN: the next outputs are likely carved from it."""
-    filler = jnp.full((max(nbytes, 8) // 8 + 1024,), jnp.nan, jnp.float64)
-    filler.block_until_ready()
-    del filler
 
 
 def run(op, a, b, conj=False):

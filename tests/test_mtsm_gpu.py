@@ -25,7 +25,7 @@ import jax_tsmm
 from jax_tsmm import _cuda, _dispatch, _kernels, _mtsm
 from jax_tsmm.codegen import mtsm as mtsm_codegen
 from jax_tsmm.codegen import search
-from reference import (DERIVATIVE_RTOL, assert_close, assert_tree_close, magnitude, random_operand, reference,
+from reference import (DERIVATIVE_RTOL, assert_close, assert_tree_close, magnitude, poison, random_operand, reference,
                        to_wide, unit_roundoff)
 
 pytestmark = [pytest.mark.gpu, pytest.mark.usefixtures("model_kernels")]  # every case reaches its kernel
@@ -34,13 +34,6 @@ DTYPES = ("float32", "float64", "complex64", "complex128")
 WIDTHS = (1, 2, 3, 4, 5, 8, 13, 16, 24, 32, 40, 64)
 # (M, K): odd sizes, one dimension tiny, and K long enough for split-K with few row blocks.
 SIZES = ((1000, 777), (4099, 3), (3, 4099), (1, 1), (257, 1031), (130, 20011), (9001, 65))
-
-
-def poison(nbytes: int) -> None:
-    """Fill free device memory with NaN: the next outputs are likely carved from it."""
-    filler = jnp.full((max(nbytes, 8) // 8 + 1024,), jnp.nan, jnp.float64)
-    filler.block_until_ready()
-    del filler
 
 
 def run(a, x, transpose_a=False, conj=False):
