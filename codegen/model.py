@@ -60,13 +60,14 @@ WGMMA_WIDTHS = range(33, 65)
 # roofline. DMMA ab beyond it stages by bulk copies too, one block per SM: on an H100
 # (2026-11-25/26, tuner) complex128 ab's entries at 33..64 ran as real views at 22
 # widths, 19 of them with bulk copies and all 22 one block per SM (88.7-96.9 % of the
-# roofline), where the model's vector copies in two blocks ran the fused update of
-# 36..63 at 53-85 % (performance.md, thirty-ninth round).
+# roofline); the model's vector copies in two blocks ran the fused update at 36, 44,
+# 52, 57, 60 and 63 at 53-85 %, its bulk copies in one block at 63-95 %
+# (performance.md, thirty-ninth round).
 BULK_MIN_OUTPUTS = 64 * 64
 # float32 ab beyond it (complex64's real views, wider than wgmma's widths) takes
 # 3xTF32 on mma.sync (wide_tf32x3_ab_config): complex64 ab's entries at 33..64 are
 # 3xTF32 at all 32 widths (H100, 2026-11-25/26), where the widened DMMA kernel ran the
-# fused update of 44..63 at 38-48 %, below XLA's dot (thirty-ninth round).
+# fused update at 44..63 at 38-48 %, below XLA's dot from 52 (thirty-ninth round).
 TF32X3_AB_MIN_OUTPUTS = 64 * 64
 
 
@@ -196,7 +197,8 @@ def wide_tf32x3_ab_config(problem: Problem) -> Config:
     complex64's fused update at 64 (a real view 128 wide; 93-99 % of the roofline on
     an H100, 2026-11-26): warps of 4 slabs by 2 blocks of 8 columns side by side in
     one row group, one block per SM of four stages of 64 rows, out leaving from the
-    registers."""
+    registers. As the model's kernel at 36, 44, 52, 57, 60 and 63 it ran complex64's
+    fused update at 66-85 % (1.5-1.8x XLA's dot) and plain ab at 54-97 %."""
     return Config(tile_m=4, tile_n=2, mapping="blocked", row_groups=1, rows_per_stage=64, stages=4,
                   c_source="global", mma=True, tf32x3=True, blocks_per_sm=1)
 
@@ -284,9 +286,11 @@ def carried_to_update(problem: Problem, config: Config) -> Config:
     ring made to fit blocks_per_sm blocks on an SM by fewer rows per stage (whole
     passes), then fewer stages, then fewer blocks; where none fits, the same with out
     (and so y) staged. Raise InvalidSpec where nothing fits. The update moves A and
-    out as plain ab does, plus y: on an H100 (2026-11-26) plain ab's tuned kernels
-    carried over ran the update at 89-97 % of the roofline at 18 of 19 widths
-    without entries of their own where the model's had run 46-83 % (performance.md,
+    out as plain ab does, plus y: on an H100 (2026-11-26), at 12 widths of 3..63
+    without update entries, plain ab's kernels carried over (tuned, else the
+    model's) ran float64's update at 89-97 % of the roofline, float32's at 85-95 %
+    and complex128's at 64-98 %, where the model's earlier kernels for the update
+    (output not staged) had run 61-95, 40-88 and 47-97 % (performance.md,
     thirty-ninth round)."""
     for staged in dict.fromkeys([config, dataclasses.replace(config, stage_out=True)]):
         granule = math.lcm(KernelSpec(problem, staged).rows_per_pass, problem.vector_elements)
