@@ -1,9 +1,10 @@
 """Size -> kernel selection: which kernel, or XLA's dot, serves a problem.
 
 Precedence (Tensile's library logic): the tuning database, whose entries for
-(op, dtype, M, N) are split into K ranges by thresholds; then the generator's
-model; XLA's dot where no kernel applies or where the tuner measured XLA
-faster. The database is this GPU's architecture's file, overridden entry by
+(op, dtype, M, N) are split into K ranges by thresholds (ab's fused update
+without entries of its own: plain ab's kernel entry, carried to the update);
+then the generator's model; XLA's dot where no kernel applies or where the
+tuner measured XLA faster. The database is this GPU's architecture's file, overridden entry by
 entry by the file of this GPU model where there is one: GPUs of one
 architecture differ in bandwidth (an H200 streams 1.45x an H100's bytes to the
 same tensor cores), so the fastest kernel of a width can differ between them.

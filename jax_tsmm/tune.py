@@ -68,7 +68,8 @@ import numpy as np
 
 from jax_tsmm import _cuda, _dispatch, _kernels, _mtsm, bench
 from jax_tsmm.codegen import Config, KernelSpec, MtsmProblem, MtsmSpec, Problem
-from jax_tsmm.codegen.search import candidates, is_valid, mtsm_candidates, mtsm_neighbours, neighbours, occupancy_ok
+from jax_tsmm.codegen.model import occupancy_ok
+from jax_tsmm.codegen.search import candidates, is_valid, mtsm_candidates, mtsm_neighbours, neighbours
 
 # K ranges as (k_min, K timed); None times the benchmark's size (1 GiB matrices).
 K_RANGES = ((0, 1 << 16), (1 << 18, 1 << 20), (1 << 22, None))

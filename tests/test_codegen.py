@@ -16,11 +16,10 @@ import pytest
 from jax_tsmm import _kernels
 from jax_tsmm.codegen import Config, InvalidSpec, KernelSpec, Problem, default_config, module_source, validate
 from jax_tsmm.codegen.prebuilt import prebuilt_specs
-from jax_tsmm.codegen.model import SHARED_BUDGET, registers_fit
+from jax_tsmm.codegen.model import SHARED_BUDGET, occupancy_ok, registers_fit
 from jax_tsmm.codegen.emit import _vector_element, _vector_order, dmma_products, kernel_source
 from jax_tsmm.codegen.search import (LARGE_TILE_BLOCKS, ONE_BLOCK_STAGE_BYTES, _dmma_steps, _tensor_use, _usable,
-                                     candidates, flat_candidates, is_valid, launch_bound_registers, neighbours,
-                                     occupancy_ok)
+                                     candidates, flat_candidates, is_valid, launch_bound_registers, neighbours)
 from jax_tsmm.codegen.spec import MAX_REGISTERS, WGMMA_FIXED_REGISTERS, WGMMA_STEP_REGISTERS, wgmma_fragment_vector
 
 DTYPES = ("float32", "float64", "complex64", "complex128")
@@ -872,7 +871,7 @@ def test_neighbours_of_a_one_slab_dmma_ab_reach_more_slabs_and_bulk_copies():
     bulk copies: the local search reaches two slabs a warp, and bulk copies (102's
     one slab takes its rows padded to 108, a spacing of 1), in one step each (on an
     H100 the tuner ended at 50 on one slab with bulk copies, 60.8 %, and at 51 on 8
-    slabs, 75.8 %, against the model's 49.7 and 46.9 % of the time), and no bulk
+    slabs, 75.8 %, against the model's 49.7 and 46.9 %), and no bulk
     copies for GPUs without them."""
     for width in (100, 102):
         problem = Problem("ab", "float64", width, width)

@@ -15,7 +15,8 @@ from jax_tsmm import _dispatch, tune
 from jax_tsmm.codegen import (Config, InvalidSpec, KernelSpec, MtsmConfig, MtsmProblem, MtsmSpec, Problem,
                               default_config, validate)
 from jax_tsmm.codegen.mtsm import validate as mtsm_validate
-from jax_tsmm.codegen.search import is_valid, occupancy_ok
+from jax_tsmm.codegen.model import occupancy_ok
+from jax_tsmm.codegen.search import is_valid
 
 CEILINGS = {
     "read_bytes_per_s": 1e10,
