@@ -26,7 +26,7 @@ ROWS_PER_THREAD = 4  # per stage, at least, for atb
 SECTOR_BYTES = 32  # ab: neighbouring threads store at least one full sector of a row
 SHARED_BUDGET = 112 * 1024  # two blocks per SM
 SM_REGISTERS = 65536
-SM_SHARED_BYTES = 228 * 1024
+SM_SHARED_BYTES = 228 * 1024  # per SM on Hopper, of which 1 KiB per block is reserved
 SM_THREADS = 2048
 C_SHARED_LIMIT = 48 * 1024
 # float64 wider than 16 x 16 turns compute-bound on the FMA units: use DMMA. atb
@@ -237,8 +237,9 @@ def default_config(problem: Problem, arch: str = "") -> Config:
         if problem.m * problem.n > BULK_MIN_OUTPUTS and arch and has_bulk_copies(arch):
             one_block = {} if problem.op == "atb" else dict(blocks_per_sm=1)
             bulk = dataclasses.replace(config, stage_copy="bulk", **one_block)
-            granule = KernelSpec(problem, bulk).rows_per_pass  # rows taken row_spacing apart
-            if bulk_copies_serve(KernelSpec(problem, bulk)):
+            probe = KernelSpec(problem, bulk)
+            granule = probe.rows_per_pass  # rows taken row_spacing apart
+            if bulk_copies_serve(probe):
                 try:
                     return _shrink_to_fit(problem, dataclasses.replace(
                         bulk, rows_per_stage=max(granule, bulk.rows_per_stage // granule * granule)))
@@ -292,20 +293,21 @@ def carried_to_update(problem: Problem, config: Config) -> Config:
     and complex128's at 64-98 %, where the model's earlier kernels for the update
     (output not staged) had run 61-95, 40-88 and 47-97 % (performance.md,
     thirty-ninth round)."""
-    for staged in dict.fromkeys([config, dataclasses.replace(config, stage_out=True)]):
-        granule = math.lcm(KernelSpec(problem, staged).rows_per_pass, problem.vector_elements)
-        for blocks in range(staged.blocks_per_sm, 0, -1):
-            for stages in range(staged.stages, 1, -1):
-                for rows in _halvings(staged.rows_per_stage, granule):
-                    carried = dataclasses.replace(staged, rows_per_stage=rows, stages=stages, blocks_per_sm=blocks)
-                    spec = KernelSpec(problem, carried)
-                    try:
-                        validate(spec)
-                    except InvalidSpec:
-                        continue
-                    if occupancy_ok(spec):
-                        return carried
-    validate(KernelSpec(problem, carried))  # the smallest ring: raises with the reason
+    rings = [dataclasses.replace(staged, rows_per_stage=rows, stages=stages, blocks_per_sm=blocks)
+             for staged in dict.fromkeys([config, dataclasses.replace(config, stage_out=True)])
+             for blocks in range(staged.blocks_per_sm, 0, -1)
+             for stages in range(staged.stages, 1, -1)
+             for rows in _halvings(staged.rows_per_stage, math.lcm(KernelSpec(problem, staged).rows_per_pass,
+                                                                   problem.vector_elements))]
+    for carried in rings:
+        spec = KernelSpec(problem, carried)
+        try:
+            validate(spec)
+        except InvalidSpec:
+            continue
+        if occupancy_ok(spec):
+            return carried
+    validate(KernelSpec(problem, rings[-1]))  # the smallest ring: raises with the reason
     raise InvalidSpec("no ring of this kernel fits an SM with the update's y staged", KernelSpec(problem, config))
 
 

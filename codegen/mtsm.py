@@ -42,13 +42,11 @@ from dataclasses import dataclass
 
 from .abi import PRELUDE
 from .emit import _STAGE_COPY, _Arith, dmma_products, tf32_partial_sums, tf32_products
+from .model import SM_REGISTERS, SM_SHARED_BYTES, SM_THREADS
 from .spec import (DTYPES, MAX_REGISTERS, MAX_SHARED_BYTES, MAX_THREADS, MMA_DTYPES, VECTOR_BYTES, ElementType,
                    InvalidSpec, fragment_stride)
 
 MAX_N = 64
-SM_SHARED_BYTES = 228 * 1024  # per SM on Hopper, of which 1 KiB per block is reserved
-SM_THREADS = 2048
-SM_REGISTERS = 65536
 
 ARGS_STRUCT = """\
 // Arguments of every jax_tsmm mtsm kernel, passed by value. Launch grid:

@@ -91,6 +91,12 @@ def _stage_outs(problem: Problem) -> tuple[bool, ...]:
     return (True, False) if problem.op == "ab" else (False,)
 
 
+def _staged_out_bytes(problem: Problem, stage_out: bool) -> int:
+    """Bytes per row of A that a stage holds beside A's row for ab: out's row where it
+    is staged, and the fused update's row of y with it (KernelSpec.stages_y)."""
+    return stage_out * (1 + problem.update) * problem.n * problem.element_bytes
+
+
 def _mma_candidates(problem: Problem, arch: str) -> dict[Config, float]:
     """Tensor-core configurations, scored like the rest with the tensor cores' rate
     counted as twice the reuse: DMMA (float64, float32; complex128 by Gauss's
@@ -110,7 +116,6 @@ def _mma_candidates(problem: Problem, arch: str) -> dict[Config, float]:
     probe = KernelSpec(problem, Config(tile_m=1, tile_n=1, mma=True, gauss=gauss, rows_per_stage=8, row_groups=1,
                                        c_source="global"))
     row_bytes = (probe.smem_stride(problem.m) + (probe.smem_stride(problem.n) if atb else 0)) * problem.element_bytes
-    out_row_bytes = problem.n * problem.element_bytes
 
     @functools.cache
     def ab_bulk_row_bytes(slabs: int) -> float:
@@ -143,7 +148,7 @@ def _mma_candidates(problem: Problem, arch: str) -> dict[Config, float]:
         per_pass = KernelSpec(problem, Config(row_groups=row_groups, mma=True, tf32x3=tf32x3, gauss=gauss,
                                               stage_copy=stage_copy)).rows_per_pass if atb else 8 * tile_m * row_groups
         staged = ab_bulk_row_bytes(tile_m * row_groups) if stage_copy == "bulk" and not atb else row_bytes
-        staged_bytes = staged + stage_out * (1 + problem.update) * out_row_bytes  # the update's y too (stages_y)
+        staged_bytes = staged + _staged_out_bytes(problem, stage_out)
         rows = max(per_pass, int(stage_bytes // staged_bytes) // per_pass * per_pass)
         config = Config(tile_m=tile_m, tile_n=tile_n, mapping="blocked", row_groups=row_groups,
                         rows_per_stage=rows, stages=stages, unroll=2 if atb else 1, mma=True, tf32x3=tf32x3,
@@ -201,7 +206,6 @@ def _wgmma_candidates(problem: Problem) -> dict[Config, float]:
     found = {}
     base = wgmma_config(problem)
     row_bytes = KernelSpec(problem, base).smem_stride(problem.m) * problem.element_bytes
-    out_row_bytes = problem.n * problem.element_bytes
     # Odd N stores a lane's columns one by one: staged output only (on an H200, 33-46 % of
     # the copy roofline without it at 41, 49 and 63, against 74-97 % with it).
     # The fused update takes staged output alone (validate).
@@ -210,7 +214,7 @@ def _wgmma_candidates(problem: Problem) -> dict[Config, float]:
         (4, 8, 12), STAGE_BYTES, (2, 3, 4), (1, 2), stage_outs, ("vector", "bulk"),
     ):
         per_pass = 16 * row_groups
-        staged_bytes = row_bytes + stage_out * (1 + problem.update) * out_row_bytes  # the update's y too (stages_y)
+        staged_bytes = row_bytes + _staged_out_bytes(problem, stage_out)
         rows = max(per_pass, stage_bytes // staged_bytes // per_pass * per_pass)
         config = dataclasses.replace(base, row_groups=row_groups, rows_per_stage=rows, stages=stages,
                                      stage_out=stage_out, stage_copy=stage_copy, blocks_per_sm=blocks)
@@ -274,9 +278,8 @@ def candidates(problem: Problem, limit: int = 16, arch: str = "sm_90") -> list[C
         for stage_bytes, stages, mapping, unroll, blocks, padded, stage_out in itertools.product(
             STAGE_BYTES, (2, 3, 4), ("interleaved", "blocked"), (1, 2, 4), (1, 2, 3, 4), paddings, _stage_outs(problem),
         ):
-            # B's row (atb), or out's and the update's y's where out is staged (KernelSpec.stages_y)
-            row_bytes = (problem.m + (problem.n if problem.op == "atb" else stage_out * (1 + problem.update) * problem.n)
-                         ) * problem.element_bytes
+            row_bytes = ((problem.m + (problem.n if problem.op == "atb" else 0)) * problem.element_bytes
+                         + _staged_out_bytes(problem, stage_out))
             rows = max(granule, stage_bytes // row_bytes // granule * granule)
             config = Config(tile_m=tile_m, tile_n=tile_n, mapping=mapping, row_groups=row_groups,
                             rows_per_stage=rows, stages=stages, unroll=unroll, c_source=c_source,

@@ -209,9 +209,9 @@ def _entry(problem: Problem, k: int, arch: str, device: str, real_view: bool = T
     if real_entry is not None and real_entry["config"] is not None:
         return {**real_entry, "real_view": True}
     plain = tuned(problem_key(dataclasses.replace(problem, update=False)), k, arch, device)
-    if plain is None or plain["config"] is None:
+    kernel_problem = real if plain is not None and plain.get("real_view", False) else problem
+    if plain is None or plain["config"] is None or kernel_problem is None:  # XLA, or a real view ruled out
         return None
-    kernel_problem = real_view_problem(problem) if plain.get("real_view", False) else problem
     try:
         config = carried_to_update(kernel_problem, Config(**plain["config"]))
     except InvalidSpec:
