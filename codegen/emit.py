@@ -593,13 +593,14 @@ def _pipeline(spec: KernelSpec, issue: list[str], consume: list[str]) -> list[st
 
 
 def _bulk_pipeline(spec: KernelSpec, consume: list[str], finish: list[str] = (), drain: list[str] = ()) -> list[str]:
-    """The ring with a producer warp (Config.stage_copy "bulk"): it stages chunk `step`
-    into slot step % stages with bulk copies once the consumers have released the
-    slot (barrier `empty`), and the consumer warps compute on a slot once its bytes
-    have landed (barrier `full`). Each consumer warp waits only for its data, never
-    for the other warps, and issues no copy instructions. `finish` runs in every
-    consumer thread after its warp has released the slot, `drain` once after the
-    consumers' last chunk."""
+    """The ring of bulk copies: chunk `step` goes into slot step % stages once the
+    consumers have released the slot (barrier `empty`), and the consumer warps
+    compute on a slot once its bytes have landed (barrier `full`). With a producer
+    warp (Config.stage_copy "bulk") each consumer warp waits only for its data,
+    never for the other warps, and issues no copy instructions; inline ("bulk_inline")
+    the first consumer warp issues them (KernelSpec.producer_warp). `finish` runs in
+    every consumer thread after its warp has released the slot, `drain` once after
+    the consumers' last chunk."""
     p, s = spec.problem, spec.config.stages
     consumer_warps = spec.consumer_threads // 32
     operands = [("a", p.m), ("b", p.n)] if p.op == "atb" else [("a", p.m)]
@@ -619,11 +620,11 @@ def _bulk_pipeline(spec: KernelSpec, consume: list[str], finish: list[str] = (),
         f"if (read_y && lane == 1) tsmm_bulk_stage(slot_y(slot) + y_shift, y + row0 * {p.n}, rows * {p.n}, &full[slot]);"
     ] if spec.stages_y else []
     chunk = _step_chunk(spec) + [f"const unsigned round = static_cast<unsigned>(step / {s});"]
-    return [
+    barriers = [
         "#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900",
         '#error "Config.stage_copy = bulk needs sm_90 or newer (cp.async.bulk, transaction barriers)"',
         "#endif",
-        "// Slot barriers: `full` completes when the slot's chunk has landed (the producer's",
+        "// Slot barriers: `full` completes when the slot's chunk has landed (the staging warp's",
         "// arrival plus the bytes of its bulk copies), `empty` when every consumer warp is done.",
         f"unsigned long long* full = reinterpret_cast<unsigned long long*>(tsmm_smem + {spec.barrier_offset});",
         f"unsigned long long* empty = full + {s};",
@@ -635,24 +636,50 @@ def _bulk_pipeline(spec: KernelSpec, consume: list[str], finish: list[str] = (),
         '  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");',
         "}",
         "__syncthreads();",
+    ]
+    staging = [  # one warp's copies of chunk `step` into its slot, the slot released first
+        *chunk,
+        f"if (step >= {s}) tsmm_barrier_wait(&empty[slot], (round - 1) & 1);",
+        *[line for lane, (operand, width) in enumerate(operands) for line in stage(operand, width, lane)],
+        *stage_y,
+        "__syncwarp();  // every lane's copies are issued and counted before the arrival",
+        "if (lane == 0) tsmm_barrier_arrive(&full[slot]);",
+    ]
+    consumer_step = [
+        *chunk,
+        "tsmm_barrier_wait(&full[slot], round & 1);",
+        *consume,
+        "__syncwarp();  // the whole warp has read the slot",
+        "if (lane == 0) tsmm_barrier_arrive(&empty[slot]);",
+        *finish,
+    ]
+    if not spec.producer_warp:
+        return [
+            *barriers,
+            "// Bulk copies issued inline: the first warp stages the first chunks, then at each",
+            "// step refills the slot of the step before, once every warp has released it (having",
+            "// passed that step itself, it mostly waits for no one). A warp of its own would",
+            "// cap every warp's registers (KernelSpec.producer_warp).",
+            "auto stage_chunk = [&](long long step) {",
+            *["  " + line for line in staging],
+            "};",
+            f"if (tid < 32) for (long long step = 0; step < my_chunks && step < {s}; ++step) stage_chunk(step);",
+            "for (long long step = 0; step < my_chunks; ++step) {",
+            f"  if (tid < 32 && step >= 1 && step + {s - 1} < my_chunks) stage_chunk(step + {s - 1});",
+            *["  " + line for line in consumer_step],
+            "}",
+            *drain,
+        ]
+    return [
+        *barriers,
         f"if (tid >= {spec.consumer_threads}) {{",
         f"  // Producer warp: up to {s} chunks ahead of the slowest consumer warp.",
         "  for (long long step = 0; step < my_chunks; ++step) {",
-        *["    " + line for line in chunk],
-        f"    if (step >= {s}) tsmm_barrier_wait(&empty[slot], (round - 1) & 1);",
-        *["    " + line for lane, (operand, width) in enumerate(operands) for line in stage(operand, width, lane)],
-        *["    " + line for line in stage_y],
-        "    __syncwarp();  // every lane's copies are issued and counted before the arrival",
-        "    if (lane == 0) tsmm_barrier_arrive(&full[slot]);",
+        *["    " + line for line in staging],
         "  }",
         "} else {",
         "  for (long long step = 0; step < my_chunks; ++step) {",
-        *["    " + line for line in chunk],
-        "    tsmm_barrier_wait(&full[slot], round & 1);",
-        *["    " + line for line in consume],
-        "    __syncwarp();  // the whole warp has read the slot",
-        "    if (lane == 0) tsmm_barrier_arrive(&empty[slot]);",
-        *["    " + line for line in finish],
+        *["    " + line for line in consumer_step],
         "  }",
         *["  " + line for line in drain],
         "}",
@@ -906,7 +933,7 @@ def _atb_mma_body(spec: KernelSpec, ar: _Arith) -> tuple[list[str], list[tuple[s
         f"// Thread place: warp (warp_m, warp_n) owns {tm}x{tn} blocks of 8x8; warps in row",
         f"// group g take the {step_rows}-row steps g, g+{c.row_groups}, ... of each stage.",
         *([f"// Threads from {spec.consumer_threads} on are the producer warp (row group {c.row_groups})."]
-          if spec.bulk else []),
+          if spec.producer_warp else []),
         "const int lane = tid % 32;",
         f"const int warp = tid / 32 % {warps};",
         f"const int row_group = tid / {32 * warps};",
@@ -1002,7 +1029,7 @@ def _atb_block_reduction(spec: KernelSpec, ar: _Arith, outputs) -> list[str]:
         f"{e}* partial = static_cast<{e}*>(args.partials) + static_cast<long long>(blockIdx.x) * {mn};",
     ]
     # The bulk pipeline's producer warp (row group rg) holds no sums.
-    producer_out = f" && row_group < {rg}" if spec.bulk else ""
+    producer_out = f" && row_group < {rg}" if spec.producer_warp else ""
     if rg > 1:
         slot = lambda group, m, n: f"reduce[({group} - 1) * {pmn} + {local(m)} * {p.n} + {n}]"
         body += [
@@ -1017,7 +1044,7 @@ def _atb_block_reduction(spec: KernelSpec, ar: _Arith, outputs) -> list[str]:
             "  }",
         ]
     else:
-        body += ["if (row_group == 0) {" if spec.bulk else "{"]
+        body += ["if (row_group == 0) {" if spec.producer_warp else "{"]
     body += [
         *["  " + line for line in each(lambda acc, m, n: f"partial[{m} * {p.n} + {n}] = {acc};")],
         "}",

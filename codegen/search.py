@@ -44,6 +44,12 @@ TILE_BLOCKS = 16  # the most 8x8 blocks of a tensor-core warp tile, but for LARG
 # against 66 % for 2x7 (performance.md, twenty-first round).
 LARGE_TILE_BLOCKS = 36
 LARGE_TILE_WARPS = 8
+# Gauss's atb (Config.gauss) issues 12 independent DMMA per k-step from a 2x4 tile, and
+# 8 warps per SM keep the tensor pipe as busy as 16 do: on an H100 (2026-11-26,
+# complex128 57..61, bulk copies inline) 2x4 and 4x2 tiles ran 90-92 % of the read
+# roofline against 86-91 % for 2x2 tiles of 16 warps, as cuBLAS's own Gauss kernel
+# (64x64 per block of 8 warps) does at aligned K.
+GAUSS_ATB_WARPS = 8
 FLAT_THREADS = (256, 128, 512)  # the first is the flat mapping's own starting point
 FLAT_PASSES = (4, 1, 16)
 FLAT_WAVES = (8, 1, 64)
@@ -61,6 +67,11 @@ def launch_bound_registers(threads: int, blocks_per_sm: int) -> int:
     168 at 288 threads; 128 at 512)."""
     warps = math.ceil(blocks_per_sm * math.ceil(threads / 32) / SM_PARTITIONS)
     return min(MAX_REGISTERS, SM_REGISTERS // SM_PARTITIONS // (32 * warps) // 8 * 8)
+
+
+def _spills(spec: KernelSpec) -> bool:
+    """Whether the estimated registers exceed what the launch bounds allow."""
+    return spec.estimated_registers() > launch_bound_registers(spec.threads, spec.config.blocks_per_sm)
 
 
 def score(spec: KernelSpec) -> float:
@@ -83,7 +94,8 @@ def score(spec: KernelSpec) -> float:
         paired_m = c.tile_m + c.tile_m % 2 if c.mma else c.tile_m
         useful = p.n / (spec.tiles_m * c.tile_n) * c.tile_m / paired_m
     warps = c.blocks_per_sm * spec.threads / 32
-    enough = LARGE_TILE_WARPS if c.tf32x3 and p.op == "atb" and c.tile_m * c.tile_n > TILE_BLOCKS else 16
+    enough = (LARGE_TILE_WARPS if c.tf32x3 and p.op == "atb" and c.tile_m * c.tile_n > TILE_BLOCKS
+              else GAUSS_ATB_WARPS if c.gauss and p.op == "atb" else 16)
     return reuse * latency * useful * min(1.0, warps / enough)
 
 
@@ -104,7 +116,7 @@ def _mma_candidates(problem: Problem, arch: str) -> dict[Config, float]:
     ahead of DMMA (which spends as much pipe time widening floats as on its
     products); DMMA atb tiles with a lone block of M also with it transposed
     (Config.lone_transposed), ranked up by the tensor steps it saves; also with bulk
-    stage copies where the GPU has them
+    stage copies where the GPU has them (atb's from a producer warp and inline)
     (validate keeps the layouts that allow them), atb's and Gauss's ab's bulk ones
     also as one block per SM with two stages of ONE_BLOCK_STAGE_BYTES, and ab's bulk
     ones also in WAVES waves of blocks (a launch parameter the measurement decides)."""
@@ -131,17 +143,21 @@ def _mma_candidates(problem: Problem, arch: str) -> dict[Config, float]:
     stage_sizes = STAGE_BYTES + ((one_block_bytes,) if bulk and (atb or gauss) else ())
     edge_options = (False, True) if atb and not gauss and min(problem.m, problem.n) >= 8 \
         and (problem.m % 8 or problem.n % 8) else (False,)
+    # atb's bulk copies also inline (Config.stage_copy "bulk_inline") where a producer warp would cap the
+    # registers below the tile's
+    stage_copies = ("vector", "bulk", "bulk_inline") if bulk and atb else ("vector", "bulk") if bulk else ("vector",)
     for tile_m, tile_n, row_groups, stage_bytes, stages, blocks, stage_out, stage_copy, tf32x3, fma_edges in \
         itertools.product(TILE_SIDES, TILE_SIDES, (1, 2, 3, 4, 8), stage_sizes, (2, 3, 4, 6), (1, 2, 3),
-                          _stage_outs(problem), ("vector", "bulk") if bulk else ("vector",), tf32_options, edge_options):
-        if stages == 6 and not (stage_copy == "bulk" and blocks == 1):
+                          _stage_outs(problem), stage_copies, tf32_options, edge_options):
+        bulk_copies = stage_copy != "vector"
+        if stages == 6 and not (bulk_copies and blocks == 1):
             continue  # a deep ring serves one block of bulk copies only (nothing else keeps it full)
         if gauss and not atb and tile_m != 2:
             continue  # Gauss's ab: each of the 15 winners on an H200 and an H100 was a pair of slabs
             # (one m16n8k4 per block and sum, registers for 12+ warps); 1, 3 and 4 slabs ran 3-16
             # points slower (performance.md, thirty-fifth round)
         one_block = stage_bytes == one_block_bytes
-        if one_block and not (stage_copy == "bulk" and blocks == 1 and stages == 2):
+        if one_block and not (bulk_copies and blocks == 1 and stages == 2):
             continue
         if tile_m * tile_n > (LARGE_TILE_BLOCKS if tf32x3 and one_block else TILE_BLOCKS):
             continue
@@ -155,13 +171,17 @@ def _mma_candidates(problem: Problem, arch: str) -> dict[Config, float]:
                         gauss=gauss, c_source="shared" if atb else "global", stage_out=stage_out, stage_copy=stage_copy,
                         fma_edges=fma_edges, blocks_per_sm=blocks)
         spec = KernelSpec(problem, config)
-        if gauss and spec.estimated_registers() > launch_bound_registers(spec.threads, blocks):
+        if gauss and _spills(spec):
             continue  # Gauss's estimate follows nvcc's count (spec.estimated_registers): over the bound, it spills
+        with_producer = KernelSpec(problem, dataclasses.replace(config, stage_copy="bulk"))
+        if stage_copy == "bulk_inline" and _usable(with_producer) and not _spills(with_producer):
+            continue  # a producer warp serves where it fits: on an H100 (2026-11-26) complex128 atb 57's and
+            # 59's real views ran their 5x3 tiles at 80 and 85 % of the read roofline with it, 76 and 78 % inline
         if _usable(spec, valid, (tile_m, tile_n, row_groups, rows, stages, stage_out, stage_copy, tf32x3, fma_edges)):
             # Bulk copies first: on an H200 they beat vector copies of the same tile at
             # float64 atb 33..64 (2026-11-23: 83-92 % against 66-76 % of the read roofline)
             # and at most widths of ab from 18 (85-92 % against 74-89 % of the copy roofline).
-            found[config] = (2 * score(spec) * (1.25 if stage_copy == "bulk" else 1) * (1.5 if tf32x3 else 1)
+            found[config] = (2 * score(spec) * (1.25 if bulk_copies else 1) * (1.5 if tf32x3 else 1)
                              * (ONE_BLOCK_BONUS if one_block else 1) * (_tensor_use(spec) if gauss and atb else 1))
             if stage_copy == "bulk" and not atb:
                 found[dataclasses.replace(config, waves=WAVES)] = found[config]
@@ -388,6 +408,8 @@ def neighbours(problem: Problem, config: Config, arch: str = "sm_90") -> list[Co
         # the search's scores never offered 7x2.
         steps.append(dict(tile_m=_nearest_divisor(start.mma_blocks(problem.m), c.tile_m),
                           tile_n=_nearest_divisor(start.mma_blocks(problem.n), c.tile_n)))
+        if c.stage_copy != "vector":  # whether a producer warp pays for the registers it takes is not modelled
+            steps.append(dict(stage_copy="bulk_inline" if c.stage_copy == "bulk" else "bulk"))
         if not c.tf32x3:  # DMMA's lone block of M: transposed as before where the tile keeps one, or flipped
             steps = [dict(step, lone_transposed=c.lone_transposed and step.get("tile_m", c.tile_m) % 2 == 1)
                      for step in steps]

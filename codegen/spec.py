@@ -31,7 +31,7 @@ MAX_REGISTERS = 255
 WGMMA_STEP_REGISTERS = 14
 WGMMA_FIXED_REGISTERS = 48
 FLAT_MAX_M = 16  # flat ab keeps C's columns for a thread's elements in registers: M x vector elements
-STAGE_COPIES = ("vector", "element", "bulk")
+STAGE_COPIES = ("vector", "element", "bulk", "bulk_inline")
 # DMMA (FP64 tensor cores) serves float32 too: widened to double on the way from
 # shared memory to the fragments (exact), accumulated in double.
 MMA_DTYPES = ("float64", "float32")
@@ -169,6 +169,11 @@ class Config:
                      chunk, M not a multiple of 32). ab's staged output then
                      leaves the same way, one bulk store per chunk from two
                      buffers in turn, so the store of one chunk overlaps the next.
+                     "bulk_inline" (atb): the same copies and barriers, issued by
+                     the first consumer warp instead of a producer warp, so that
+                     the warps' registers are not capped for a warp that holds
+                     none (nvcc caps a block of 9 warps at 168 per thread, 8 at
+                     255: cuBLAS's 8-warp Gauss tiles of complex128 Aᴴ B hold 240).
     fma_edges        atb with mma only: the tensor cores take the result's core of whole
                      8x8 blocks (M and N rounded down to multiples of 8) and the FMA
                      units its edges (the last M mod 8 rows and N mod 8 columns), in
@@ -324,10 +329,16 @@ class KernelSpec:
 
     @property
     def threads(self) -> int:
-        return self.consumer_threads + (32 if self.bulk else 0)
+        return self.consumer_threads + (32 if self.producer_warp else 0)
 
     @property
     def bulk(self) -> bool:
+        """Whether bulk copies stage the rows (Config.stage_copy "bulk" or "bulk_inline")."""
+        return self.config.stage_copy in ("bulk", "bulk_inline")
+
+    @property
+    def producer_warp(self) -> bool:
+        """Whether a warp of its own issues the bulk copies (Config.stage_copy "bulk")."""
         return self.config.stage_copy == "bulk"
 
     @property
@@ -720,7 +731,10 @@ def validate(spec: KernelSpec) -> None:
     if not 1 <= c.m_panels <= (p.m if p.op == "atb" else 1):
         errors.append(f"m_panels {c.m_panels} must lie in 1..M for atb and be 1 for ab")
         raise InvalidSpec("; ".join(errors), spec)
-    if c.stage_copy == "bulk" and not bulk_copies_serve(spec):
+    if c.stage_copy == "bulk_inline" and p.op != "atb":
+        errors.append("bulk_inline serves atb only (ab's bulk pipeline keeps its producer warp)")
+        raise InvalidSpec("; ".join(errors), spec)
+    if spec.bulk and not bulk_copies_serve(spec):
         errors.append("bulk stage copies serve DMMA atb (float64, float32, complex128 by Gauss), and ab with "
                       "staged output: DMMA (float64, complex128 by Gauss) whose rows some spacing "
                       "that divides a pass's slabs keeps aligned, wgmma with M not a multiple of 32")

@@ -246,8 +246,10 @@ def test_element_stage_copies(op, dtype, m, n):
                                   (3, 8), (13, 48)])
 @pytest.mark.parametrize("k", [1, 37, 100_003, 10**6 + 7])
 @pytest.mark.parametrize("dtype", ["float64", "float32"])
-def test_bulk_stage_copies(dtype, m, n, k):
-    """Config.stage_copy = "bulk": a producer warp stages each chunk with bulk copies
+@pytest.mark.parametrize("stage_copy", ["bulk", "bulk_inline"])
+def test_bulk_stage_copies(stage_copy, dtype, m, n, k):
+    """Config.stage_copy = "bulk" and "bulk_inline": a producer warp, or the first
+    consumer warp, stages each chunk with bulk copies
     (one span of unpadded rows taken 8, 4, 2 or 1 apart, or groups of 8 rows with
     padding between them, one copy per group) on transaction barriers, through many
     rounds of the ring, over batch items that start off a 16-byte boundary where
@@ -255,9 +257,9 @@ def test_bulk_stage_copies(dtype, m, n, k):
     on every run."""
     rng = np.random.default_rng()
     problem = Problem("atb", dtype, m, n)
-    probe = KernelSpec(problem, Config(mma=True, stage_copy="bulk", row_groups=2, rows_per_stage=64))
+    probe = KernelSpec(problem, Config(mma=True, stage_copy=stage_copy, row_groups=2, rows_per_stage=64))
     config = Config(tile_m=min(2, -(-m // 8)), tile_n=min(4, -(-n // 8)), mapping="blocked", row_groups=2,
-                    rows_per_stage=2 * probe.rows_per_pass, stages=3, unroll=2, mma=True, stage_copy="bulk",
+                    rows_per_stage=2 * probe.rows_per_pass, stages=3, unroll=2, mma=True, stage_copy=stage_copy,
                     blocks_per_sm=1)
     spec = KernelSpec(problem, config)
     if spec.shared_bytes > MAX_SHARED_BYTES:  # wide rows in groups of 8: a pass of 64 rows per stage
@@ -346,6 +348,7 @@ TF32X3_CASES = [  # op, M, N, tile_m, tile_n, row_groups, stage_copy: odd tiles 
     ("atb", 33, 33, 3, 3, 2, "vector"),
     ("atb", 40, 30, 5, 4, 2, "bulk"),
     ("atb", 57, 57, 4, 4, 2, "bulk"),
+    ("atb", 57, 57, 4, 4, 2, "bulk_inline"),
     ("atb", 5, 42, 1, 3, 2, "bulk"),
     ("atb", 64, 8, 4, 1, 1, "bulk"),
     ("atb", 42, 42, 2, 3, 2, "bulk"),
@@ -381,6 +384,7 @@ EDGE_CASES = [  # dtype, M, N, tile_m, tile_n, row_groups, stage_copy, tf32x3: b
     # (50, float64), 8 apart (float32 odd widths), an M edge alone, an N edge alone, a lone block of M beside
     # edges, edges of 7, float32 on DMMA
     ("float64", 50, 50, 2, 6, 4, "bulk", False),
+    ("float64", 50, 50, 2, 6, 4, "bulk_inline", False),
     ("float64", 53, 45, 2, 5, 2, "vector", False),
     ("float64", 9, 64, 1, 4, 2, "bulk", False),
     ("float32", 50, 50, 2, 6, 2, "bulk", True),
@@ -446,6 +450,7 @@ LONE_CASES = [  # dtype, M, N, tile_m, tile_n, row_groups, stage_copy, fma_edges
     # M transposed (Config.lone_transposed): a zero partner at odd tile_n, rows 2 apart (114: complex128 57's
     # real view), a tile of lone blocks alone, beside FMA edges, several row groups, float32 widened
     ("float64", 114, 114, 5, 3, 1, "bulk", False),
+    ("float64", 114, 114, 5, 3, 1, "bulk_inline", False),
     ("float64", 57, 57, 3, 3, 1, "bulk", False),
     ("float64", 13, 48, 1, 3, 2, "bulk", False),
     ("float64", 50, 50, 3, 2, 2, "vector", True),
@@ -483,15 +488,19 @@ def test_dmma_lone_transposed_path(dtype, m, n, tile_m, tile_n, row_groups, stag
 GAUSS_CASES = [  # M, N, tile_m, tile_n, row_groups, stage_copy, lone_transposed: whole warp tiles of 8 and 7
     # blocks, padded tiles, rows 1 apart (50), 2 apart (odd) and in padded groups of 8 (64, 13 x 48), several
     # row groups (the block reduction of complex sums), a lone padded block; the lone block of M transposed
-    # against pairs of N's blocks, with a zero partner at odd tile_n (1x7 at 49, 1x3 at 13 x 48)
+    # against pairs of N's blocks, with a zero partner at odd tile_n (1x7 at 49, 1x3 at 13 x 48); bulk copies
+    # inline (the 8 warps of 2x4 tiles at 57 with no producer warp to cap their registers)
     (57, 57, 4, 2, 1, "vector", False),
     (53, 53, 2, 2, 1, "vector", False),
     (50, 50, 3, 4, 1, "bulk", False),
     (64, 64, 2, 4, 1, "bulk", False),
     (13, 48, 2, 2, 3, "bulk", False),
+    (57, 57, 2, 4, 1, "bulk_inline", False),
+    (13, 48, 2, 2, 3, "bulk_inline", False),
     (61, 40, 2, 5, 2, "vector", False),
     (5, 3, 1, 1, 2, "vector", False),
     (49, 49, 1, 7, 1, "bulk", True),
+    (49, 49, 1, 7, 1, "bulk_inline", True),
     (57, 57, 3, 4, 1, "bulk", True),
     (13, 48, 1, 3, 2, "bulk", True),
     (61, 40, 3, 2, 1, "vector", True),
