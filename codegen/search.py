@@ -46,9 +46,9 @@ LARGE_TILE_BLOCKS = 36
 LARGE_TILE_WARPS = 8
 # Gauss's atb (Config.gauss) issues 12 independent DMMA per k-step from a 2x4 tile, and
 # 8 warps per SM keep the tensor pipe as busy as 16 do: on an H100 (2026-11-26,
-# complex128 57..61, bulk copies inline) 2x4 and 4x2 tiles ran 90-92 % of the read
-# roofline against 86-91 % for 2x2 tiles of 16 warps, as cuBLAS's own Gauss kernel
-# (64x64 per block of 8 warps) does at aligned K.
+# complex128 57..61, bulk copies inline) 2x4 and 4x2 tiles ran 89-92 % of the read
+# roofline against 84-91 % for 2x2 tiles of 16 warps, as cuBLAS's own Gauss kernel
+# (64x64 per block of 8 warps) runs 92-94 % where XLA does not pad K first.
 GAUSS_ATB_WARPS = 8
 FLAT_THREADS = (256, 128, 512)  # the first is the flat mapping's own starting point
 FLAT_PASSES = (4, 1, 16)
