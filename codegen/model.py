@@ -64,6 +64,14 @@ WGMMA_WIDTHS = range(33, 65)
 # 52, 57, 60 and 63 at 53-85 %, its bulk copies in one block at 63-95 %
 # (performance.md, thirty-ninth round).
 BULK_MIN_OUTPUTS = 64 * 64
+# complex128 atb with both widths in this range (8 blocks of 8 each) on sm_90: Gauss's
+# three products (Config.gauss) in 4x2 warp tiles of 8 warps, bulk copies inline, one
+# block of two 32-row stages (gauss_atb_config), the shape of cuBLAS's Gauss kernel. On
+# an H100 (2026-11-26) such tiles won the tuner at 57..63 (88-91 % of the read roofline
+# in the bench, where the real views had run 80-87 %), and ran 57 x 64, 60 x 58, 64 x 59
+# and 62 x 57 at 90.2-92.0 %, where the model's real views ran 58.7-66.5 %
+# (performance.md, fortieth round).
+GAUSS_ATB_WIDTHS = range(57, 65)
 # float32 ab beyond it (complex64's real views, wider than wgmma's widths) takes
 # 3xTF32 on mma.sync (wide_tf32x3_ab_config): complex64 ab's entries at 33..64 are
 # 3xTF32 at all 32 widths (H100, 2026-11-25/26), where the widened DMMA kernel ran the
@@ -217,6 +225,12 @@ def wgmma_config(problem: Problem) -> Config:
     return config
 
 
+def gauss_atb_config() -> Config:
+    """complex128 atb by Gauss's products where both widths lie in GAUSS_ATB_WIDTHS."""
+    return Config(tile_m=4, tile_n=2, mapping="blocked", row_groups=1, rows_per_stage=32, stages=2, unroll=2,
+                  mma=True, gauss=True, c_source="shared", stage_copy="bulk_inline", blocks_per_sm=1)
+
+
 def default_config(problem: Problem, arch: str = "") -> Config:
     """A valid configuration for ``problem`` from the model above, for GPUs of ``arch``
     (empty: any from sm_80, as the prebuilt set is built; "sm_90" may get wgmma)."""
@@ -229,6 +243,9 @@ def default_config(problem: Problem, arch: str = "") -> Config:
         config = wide_tf32x3_ab_config(problem)
         validate(KernelSpec(problem, config))  # one block per SM: its shared memory is a block's
         return config
+    if (problem.op == "atb" and problem.dtype == "complex128" and arch and has_bulk_copies(arch)
+            and problem.m in GAUSS_ATB_WIDTHS and problem.n in GAUSS_ATB_WIDTHS):
+        return gauss_atb_config()
     widest = _widest_tile(problem)
     atb_mma = problem.m * problem.n > ATB_MMA_MIN_OUTPUTS and min(problem.m, problem.n) >= ATB_MMA_MIN_WIDTH
     if problem.dtype in MMA_DTYPES and (problem.m * problem.n > MMA_MIN_OUTPUTS or problem.op == "atb" and atb_mma):

@@ -264,8 +264,10 @@ def is_real_view(spec: KernelSpec, dtype) -> bool:
     return spec.problem.dtype != np.dtype(dtype).name
 
 
-def _model_prefers_real_view(real: Problem) -> bool:
-    """The real view pays where its real problem runs on the tensor cores (measured
+def _model_prefers_real_view(problem: Problem, real: Problem, arch: str) -> bool:
+    """Not where the model runs the complex problem by Gauss's products
+    (complex128 atb with both widths in 57..64 on sm_90, model.GAUSS_ATB_WIDTHS).
+    Else the real view pays where its real problem runs on the tensor cores (measured
     on an H100, 2026-11-22: complex atb 5..32 at 75-97 % of roofline as real
     views, ab 10..24 at 87-95 %); narrower, the complex FMA kernels do as well
     with no expansion or combination. Beyond a real result of 64x64 entries
@@ -279,6 +281,8 @@ def _model_prefers_real_view(real: Problem) -> bool:
     stays within REAL_VIEW_MAX_FLOAT32_ATB_ENTRIES. ab's real view stays ahead of the
     complex kernels beyond 32 too (complex128 ab 40..64: 47-65 % against
     25-31 %)."""
+    if default_config(problem, arch).gauss:
+        return False
     if real.op == "atb" and real.dtype == "float32" and real.m * real.n > REAL_VIEW_MAX_FLOAT32_ATB_ENTRIES:
         return False
     try:
@@ -287,9 +291,9 @@ def _model_prefers_real_view(real: Problem) -> bool:
         return False
 
 
-def _prefers_real_view(entry: dict | None, real: Problem) -> bool:
+def _prefers_real_view(entry: dict | None, problem: Problem, real: Problem, arch: str) -> bool:
     """The database's choice where it has an entry, else the model's rule."""
-    return entry.get("real_view", False) if entry is not None else _model_prefers_real_view(real)
+    return entry.get("real_view", False) if entry is not None else _model_prefers_real_view(problem, real, arch)
 
 
 def select(op: str, dtype, m: int, n: int, k: int, batch_dims: int, conj: bool,
@@ -315,7 +319,7 @@ def select(op: str, dtype, m: int, n: int, k: int, batch_dims: int, conj: bool,
     entry = _entry(problem, k, arch, device, real_view)
     if entry is not None and entry["config"] is None:
         return None  # XLA measured faster
-    if real is not None and _prefers_real_view(entry, real):
+    if real is not None and _prefers_real_view(entry, problem, real, arch):
         if entry is not None:  # the real kernel this entry timed against this problem's XLA
             return KernelSpec(real, Config(**entry["config"]))
         return _real_view_kernel(real, k, arch, device)

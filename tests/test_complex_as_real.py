@@ -18,6 +18,7 @@ from jax_tsmm import _cuda, _dispatch, _kernels, tune
 from jax_tsmm._primitives import ab_p, ab_update_p
 from jax_tsmm.codegen import Config, InvalidSpec, KernelSpec, Problem, carried_to_update, default_config, validate
 from jax_tsmm.codegen.model import occupancy_ok
+from jax_tsmm.codegen.spec import has_bulk_copies
 from reference import ab_ref, assert_close, magnitude, poison, random_operand, to_wide, unit_roundoff
 
 REAL_OF = {"complex64": "float32", "complex128": "float64"}
@@ -129,6 +130,22 @@ def test_database_entries_choose_the_real_view(monkeypatch):
     assert select("ab", "float64", 32, 32, k=1 << 21) is None
     with _dispatch.model_only():
         assert select("atb", "complex64", 5, 3).problem.dtype == "complex64"
+
+
+def test_the_model_runs_complex128_atb_57_to_64_by_gauss():
+    """Without entries, complex128 atb with both widths in 57..64 runs by Gauss's
+    products on sm_90 (model.GAUSS_ATB_WIDTHS: 8-warp 4x2 tiles, bulk copies inline),
+    not as its real view; narrower, and without bulk copies, as before."""
+    with _dispatch.model_only():
+        for m, n, conj in ((57, 64, False), (60, 58, True), (64, 64, False)):
+            spec = select("atb", "complex128", m, n, conj=conj)
+            assert spec.problem == Problem("atb", "complex128", m, n, conj=conj)
+            assert spec.config.gauss and spec.config.stage_copy == "bulk_inline"
+            validate(spec)
+            assert spec.threads == 256 and spec.estimated_registers() <= 255
+        assert select("atb", "complex128", 56, 64).problem.dtype == "float64"  # 7 blocks: the real view
+        assert not select("atb", "complex64", 60, 60).config.gauss  # complex128 only
+    assert not default_config(Problem("atb", "complex128", 60, 60)).gauss  # any architecture: no bulk copies
 
 
 def test_the_update_without_entries_runs_plain_abs_kernel_carried(monkeypatch):
@@ -293,7 +310,7 @@ KS = [10007, 2**16 + 3]
 def real_view_everywhere(model_dispatch, monkeypatch):
     """Complex problems run as their real view at every width (by default only where
     the real problem runs on the tensor cores)."""
-    monkeypatch.setattr(_dispatch, "_model_prefers_real_view", lambda real: True)
+    monkeypatch.setattr(_dispatch, "_model_prefers_real_view", lambda problem, real, arch: True)
 
 
 def _assert_real_view(fn, *args):
@@ -342,6 +359,22 @@ def test_products_through_the_real_view(dtype, m, n, k):
     update = lambda a, c, y: jax_tsmm.ab(a, c, out=y, alpha=-1, beta=1)
     _assert_real_view(update, a, c, y)
     _update_close(jax.jit(update)(a, c, y), a, c, y, -1, 1, False)
+
+
+@pytest.mark.gpu
+@pytest.mark.usefixtures("model_dispatch")
+@pytest.mark.parametrize("m, n", [(57, 64), (60, 58), (64, 59)])
+def test_complex128_atb_57_to_64_through_the_models_gauss(m, n):
+    """The model's Gauss kernel of complex128 atb with both widths in 57..64 (sm_90:
+    4x2 tiles, bulk copies inline), both conj, odd K: within the error bound."""
+    rng = np.random.default_rng()
+    a = random_operand(rng, (100_003, m), "complex128")
+    b = random_operand(rng, (100_003, n), "complex128")
+    for conj in (False, True):
+        spec = _dispatch.select("atb", "complex128", m, n, 100_003, 0, conj, _cuda.arch(), _cuda.device_kind())
+        assert spec.config.gauss == has_bulk_copies(_cuda.arch()), spec
+        atb = lambda a, b: jax_tsmm.atb(a, b, conj=conj)
+        assert_close(jax.jit(atb)(a, b), a, b, op="atb", conj=conj)
 
 
 @pytest.mark.gpu
