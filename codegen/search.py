@@ -173,10 +173,11 @@ def _mma_candidates(problem: Problem, arch: str) -> dict[Config, float]:
         spec = KernelSpec(problem, config)
         if gauss and _spills(spec):
             continue  # Gauss's estimate follows nvcc's count (spec.estimated_registers): over the bound, it spills
-        with_producer = KernelSpec(problem, dataclasses.replace(config, stage_copy="bulk"))
-        if stage_copy == "bulk_inline" and _usable(with_producer) and not _spills(with_producer):
-            continue  # a producer warp serves where it fits: on an H100 (2026-11-26) complex128 atb 57's and
-            # 59's real views ran their 5x3 tiles at 80 and 85 % of the read roofline with it, 76 and 78 % inline
+        if stage_copy == "bulk_inline":
+            with_producer = KernelSpec(problem, dataclasses.replace(config, stage_copy="bulk"))
+            if _usable(with_producer) and not _spills(with_producer):
+                continue  # a producer warp serves where it fits: on an H100 (2026-11-26) complex128 atb 57's and
+                # 59's real views ran their 5x3 tiles at 80 and 85 % of the read roofline with it, 76 and 78 % inline
         if _usable(spec, valid, (tile_m, tile_n, row_groups, rows, stages, stage_out, stage_copy, tf32x3, fma_edges)):
             # Bulk copies first: on an H200 they beat vector copies of the same tile at
             # float64 atb 33..64 (2026-11-23: 83-92 % against 66-76 % of the read roofline)
@@ -327,7 +328,7 @@ def candidates(problem: Problem, limit: int = 16, arch: str = "sm_90") -> list[C
     # then the flat mapping's start and two of its variants.
     firsts = [default]
     with_bulk = dataclasses.replace(default, stage_copy="bulk")
-    if with_bulk != default and has_bulk_copies(arch) and is_valid(KernelSpec(problem, with_bulk)):
+    if not KernelSpec(problem, default).bulk and has_bulk_copies(arch) and is_valid(KernelSpec(problem, with_bulk)):
         firsts.append(with_bulk)
     firsts += [c for c in flat_candidates(problem)[:3] if c not in firsts]
     return (firsts + [c for c in ranked if c not in firsts])[:limit]

@@ -281,7 +281,7 @@ def _model_prefers_real_view(problem: Problem, real: Problem, arch: str) -> bool
     stays within REAL_VIEW_MAX_FLOAT32_ATB_ENTRIES. ab's real view stays ahead of the
     complex kernels beyond 32 too (complex128 ab 40..64: 47-65 % against
     25-31 %)."""
-    if default_config(problem, arch).gauss:
+    if problem.op == "atb" and default_config(problem, arch).gauss:
         return False
     if real.op == "atb" and real.dtype == "float32" and real.m * real.n > REAL_VIEW_MAX_FLOAT32_ATB_ENTRIES:
         return False
