@@ -225,6 +225,13 @@ def wgmma_config(problem: Problem) -> Config:
     return config
 
 
+def runs_gauss(problem: Problem, arch: str) -> bool:
+    """Whether the model runs ``problem`` by Gauss's products (gauss_atb_config):
+    complex128 atb with both widths in GAUSS_ATB_WIDTHS, on GPUs with bulk copies."""
+    return (problem.op == "atb" and problem.dtype == "complex128" and bool(arch) and has_bulk_copies(arch)
+            and problem.m in GAUSS_ATB_WIDTHS and problem.n in GAUSS_ATB_WIDTHS)
+
+
 def gauss_atb_config() -> Config:
     """complex128 atb by Gauss's products where both widths lie in GAUSS_ATB_WIDTHS."""
     return Config(tile_m=4, tile_n=2, mapping="blocked", row_groups=1, rows_per_stage=32, stages=2, unroll=2,
@@ -243,8 +250,7 @@ def default_config(problem: Problem, arch: str = "") -> Config:
         config = wide_tf32x3_ab_config(problem)
         validate(KernelSpec(problem, config))  # one block per SM: its shared memory is a block's
         return config
-    if (problem.op == "atb" and problem.dtype == "complex128" and arch and has_bulk_copies(arch)
-            and problem.m in GAUSS_ATB_WIDTHS and problem.n in GAUSS_ATB_WIDTHS):
+    if runs_gauss(problem, arch):
         return gauss_atb_config()
     widest = _widest_tile(problem)
     atb_mma = problem.m * problem.n > ATB_MMA_MIN_OUTPUTS and min(problem.m, problem.n) >= ATB_MMA_MIN_WIDTH

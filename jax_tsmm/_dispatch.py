@@ -33,7 +33,8 @@ import re
 
 import numpy as np
 
-from jax_tsmm.codegen import Config, InvalidSpec, KernelSpec, MtsmSpec, Problem, carried_to_update, default_config
+from jax_tsmm.codegen import (Config, InvalidSpec, KernelSpec, MtsmSpec, Problem, carried_to_update, default_config,
+                              runs_gauss)
 from jax_tsmm.codegen.abi import MAX_BATCH_DIMS
 
 KERNEL_DTYPES = ("float32", "float64", "complex64", "complex128")
@@ -281,7 +282,7 @@ def _model_prefers_real_view(problem: Problem, real: Problem, arch: str) -> bool
     stays within REAL_VIEW_MAX_FLOAT32_ATB_ENTRIES. ab's real view stays ahead of the
     complex kernels beyond 32 too (complex128 ab 40..64: 47-65 % against
     25-31 %)."""
-    if problem.op == "atb" and default_config(problem, arch).gauss:
+    if runs_gauss(problem, arch):
         return False
     if real.op == "atb" and real.dtype == "float32" and real.m * real.n > REAL_VIEW_MAX_FLOAT32_ATB_ENTRIES:
         return False
