@@ -13,7 +13,9 @@ Each module defines ``extern "C"`` kernels named after the spec:
        per output element: ``ceil(batch * M * N * 32 / 256)`` blocks of 256.
   ab:  ``<name>`` writes ``out`` directly; with ``update`` it writes
        ``beta * y + alpha * op(A) C`` (``y`` is not read where beta is 0, and
-       may be ``out`` itself: each element is read and written by one thread).
+       may be ``out`` itself: each element is read and written by one thread;
+       otherwise it lies as far from a 16-byte boundary as ``out``, which the
+       launcher checks).
 Launch: ``grid_k * batch`` blocks of ``spec.threads`` threads; block
 ``blockIdx.x`` works on batch item ``blockIdx.x / grid_k`` and takes every
 ``grid_k``-th chunk of ``rows_per_chunk`` rows starting at

@@ -619,6 +619,14 @@ def _bulk_pipeline(spec: KernelSpec, consume: list[str], finish: list[str] = (),
     stage_y = [  # the chunk's rows of y, one span, on the slot's barrier (only where beta reads them)
         f"if (read_y && lane == 1) tsmm_bulk_stage(slot_y(slot) + y_shift, y + row0 * {p.n}, rows * {p.n}, &full[slot]);"
     ] if spec.stages_y else []
+    y_in_out = [  # Config.y_in_out: the thread that stores out's chunks (_ab_bulk_store) stages y's
+        "auto y_into_out = [&](long long step) {  // y's chunk `step` into the buffer its out leaves from",
+        f"  const long long row0 = (first_chunk + step * args.grid_k) * {spec.rows_per_chunk};",
+        f"  const int rows = static_cast<int>(min(static_cast<long long>({spec.rows_per_chunk}), args.k - row0));",
+        f"  tsmm_bulk_stage(slot_out(step) + out_shift, y + row0 * {p.n}, rows * {p.n}, &y_full[step & 1]);",
+        "  tsmm_barrier_arrive(&y_full[step & 1]);",
+        "};",
+    ] if spec.config.y_in_out else []
     chunk = _step_chunk(spec) + [f"const unsigned round = static_cast<unsigned>(step / {s});"]
     barriers = [
         "#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900",
@@ -628,11 +636,15 @@ def _bulk_pipeline(spec: KernelSpec, consume: list[str], finish: list[str] = (),
         "// arrival plus the bytes of its bulk copies), `empty` when every consumer warp is done.",
         f"unsigned long long* full = reinterpret_cast<unsigned long long*>(tsmm_smem + {spec.barrier_offset});",
         f"unsigned long long* empty = full + {s};",
+        *([f"unsigned long long* y_full = empty + {s};  // Config.y_in_out: y's chunk is in buffer b of out"]
+          if spec.config.y_in_out else []),
         "if (tid == 0) {",
         f"  for (int i = 0; i < {s}; ++i) {{",
         "    tsmm_barrier_init(&full[i], 1);",
         f"    tsmm_barrier_init(&empty[i], {consumer_warps});",
         "  }",
+        *([f"  for (int b = 0; b < {spec.out_buffers}; ++b) tsmm_barrier_init(&y_full[b], 1);"]
+          if spec.config.y_in_out else []),
         '  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");',
         "}",
         "__syncthreads();",
@@ -678,6 +690,8 @@ def _bulk_pipeline(spec: KernelSpec, consume: list[str], finish: list[str] = (),
         *["    " + line for line in staging],
         "  }",
         "} else {",
+        *["  " + line for line in y_in_out],
+        *(["  if (tid == 0 && read_y && my_chunks > 0) y_into_out(0);"] if y_in_out else []),
         "  for (long long step = 0; step < my_chunks; ++step) {",
         *["    " + line for line in consumer_step],
         "  }",
@@ -1105,6 +1119,7 @@ def _emit_ab(spec: KernelSpec) -> str:
         f"const {e}* sa = slot_a(slot) + {offset_a};",
         *([f"{e}* sout = slot_out(step);"] if spec.bulk else []),
         *([f"const {e}* sy = slot_y(slot) + y_shift;"] if spec.stages_y else []),
+        *([f"const {e}* sy = sout + out_shift;"] if spec.config.y_in_out else []),
         f"if (rows == {spec.rows_per_chunk}) {{",
         f"  // Full chunk: {passes} passes of the block's row tiles.",
         f"  for (int pass = 0; pass < {passes}; ++pass) {{",
@@ -1286,6 +1301,8 @@ def _ab_bulk_store(spec: KernelSpec) -> tuple[list[str], list[str]]:
         "// overlaps the next chunk (written into the other buffer).",
         "tsmm_fence_shared_for_bulk();",
         "if (tid == 0) tsmm_bulk_store_wait<false>();  // the other buffer's store has read it",
+        *(["if (tid == 0 && read_y && step + 1 < my_chunks) y_into_out(step + 1);  // into that buffer"]
+          if spec.config.y_in_out else []),
         f"tsmm_consumer_barrier({spec.consumer_threads});",
         f"if (tid == 0) tsmm_bulk_store(out + row0 * {spec.problem.n}, sout + out_shift, rows * {spec.problem.n});",
     ]
@@ -1317,12 +1334,14 @@ def _ab_store(spec: KernelSpec, ar: _Arith, tiles: list[tuple[tuple[str, ...], s
         # staged rows (stages_y)
         def store(accs, row, col):
             at = f"({row}) * {p.n} + {col}"
-            values = [f"update({acc}, sy[{at}{f' + {h}' if h else ''}])" if spec.stages_y else acc
+            values = [f"update({acc}, sy[{at}{f' + {h}' if h else ''}])" if p.update else acc
                       for h, acc in enumerate(accs)]
             if len(accs) == 1:
                 return f"sout[out_shift + {at}] = {values[0]};"
             return f"tsmm_store_pair(&sout[out_shift + {at}], out_pairs, {values[0]}, {values[1]});"
-        return [], [guarded(guard, store(accs, row, col)) for accs, row, col, guard in tiles]
+        y_wait = ["if (read_y) tsmm_barrier_wait(&y_full[step & 1], (step >> 1) & 1);  // y's chunk has landed"
+                  ] if spec.config.y_in_out else []
+        return [], y_wait + [guarded(guard, store(accs, row, col)) for accs, row, col, guard in tiles]
 
     at = lambda row, col: f"(row0 + {row}) * {p.n} + {col}"  # noqa: E731
     prefetch = []

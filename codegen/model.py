@@ -306,8 +306,10 @@ def default_config(problem: Problem, arch: str = "") -> Config:
 
 def carried_to_update(problem: Problem, config: Config) -> Config:
     """Plain ab's ``config`` for the fused update ``problem`` of its shape: the same
-    kernel, y's rows staged beside A's where out is staged (KernelSpec.stages_y), its
-    ring made to fit blocks_per_sm blocks on an SM by fewer rows per stage (whole
+    kernel, y's rows staged beside A's where out is staged (KernelSpec.stages_y); where
+    that does not fit and out leaves by bulk stores, y through out's buffers
+    (Config.y_in_out), which takes no more shared memory than plain ab; else the ring
+    made to fit blocks_per_sm blocks on an SM by fewer rows per stage (whole
     passes), then fewer stages, then fewer blocks; where none fits, the same with out
     (and so y) staged. Raise InvalidSpec where nothing fits. The update moves A and
     out as plain ab does, plus y: on an H100 (2026-11-26), at 12 widths of 3..63
@@ -316,12 +318,14 @@ def carried_to_update(problem: Problem, config: Config) -> Config:
     and complex128's at 64-98 %, where the model's earlier kernels for the update
     (output not staged) had run 61-95, 40-88 and 47-97 % (performance.md,
     thirty-ninth round)."""
-    rings = [dataclasses.replace(staged, rows_per_stage=rows, stages=stages, blocks_per_sm=blocks)
-             for staged in dict.fromkeys([config, dataclasses.replace(config, stage_out=True)])
-             for blocks in range(staged.blocks_per_sm, 0, -1)
-             for stages in range(staged.stages, 1, -1)
-             for rows in _halvings(staged.rows_per_stage, math.lcm(KernelSpec(problem, staged).rows_per_pass,
-                                                                   problem.vector_elements))]
+    in_out = [dataclasses.replace(config, y_in_out=True)] if config.stage_out and config.stage_copy == "bulk" else []
+    shrunk = [dataclasses.replace(staged, rows_per_stage=rows, stages=stages, blocks_per_sm=blocks)
+              for staged in dict.fromkeys([config, dataclasses.replace(config, stage_out=True)])
+              for blocks in range(staged.blocks_per_sm, 0, -1)
+              for stages in range(staged.stages, 1, -1)
+              for rows in _halvings(staged.rows_per_stage, math.lcm(KernelSpec(problem, staged).rows_per_pass,
+                                                                    problem.vector_elements))]
+    rings = [config, *in_out, *shrunk]
     for carried in rings:
         spec = KernelSpec(problem, carried)
         try:

@@ -103,10 +103,16 @@ def _stage_outs(problem: Problem) -> tuple[bool, ...]:
     return (True, False) if problem.op == "ab" else (False,)
 
 
-def _staged_out_bytes(problem: Problem, stage_out: bool) -> int:
+def _staged_out_bytes(problem: Problem, stage_out: bool, y_in_out: bool = False) -> int:
     """Bytes per row of A that a stage holds beside A's row for ab: out's row where it
-    is staged, and the fused update's row of y with it (KernelSpec.stages_y)."""
-    return stage_out * (1 + problem.update) * problem.n * problem.element_bytes
+    is staged, and the fused update's row of y with it (KernelSpec.stages_y) unless y
+    comes through out's buffers (Config.y_in_out)."""
+    return stage_out * (1 + (problem.update and not y_in_out)) * problem.n * problem.element_bytes
+
+
+def _y_forms(problem: Problem) -> tuple[bool, ...]:
+    """Config.y_in_out's values to try: the fused update's y beside A, and in out's buffers."""
+    return (False, True) if problem.update else (False,)
 
 
 def _mma_candidates(problem: Problem, arch: str) -> dict[Config, float]:
@@ -146,10 +152,12 @@ def _mma_candidates(problem: Problem, arch: str) -> dict[Config, float]:
     # atb's bulk copies also inline (Config.stage_copy "bulk_inline") where a producer warp would cap the
     # registers below the tile's
     stage_copies = ("vector", "bulk", "bulk_inline") if bulk and atb else ("vector", "bulk") if bulk else ("vector",)
-    for tile_m, tile_n, row_groups, stage_bytes, stages, blocks, stage_out, stage_copy, tf32x3, fma_edges in \
+    for tile_m, tile_n, row_groups, stage_bytes, stages, blocks, stage_out, stage_copy, y_in_out, tf32x3, fma_edges in \
         itertools.product(TILE_SIDES, TILE_SIDES, (1, 2, 3, 4, 8), stage_sizes, (2, 3, 4, 6), (1, 2, 3),
-                          _stage_outs(problem), stage_copies, tf32_options, edge_options):
+                          _stage_outs(problem), stage_copies, _y_forms(problem), tf32_options, edge_options):
         bulk_copies = stage_copy != "vector"
+        if y_in_out and not (bulk_copies and stage_out):
+            continue
         if stages == 6 and not (bulk_copies and blocks == 1):
             continue  # a deep ring serves one block of bulk copies only (nothing else keeps it full)
         if gauss and not atb and tile_m != 2:
@@ -164,12 +172,12 @@ def _mma_candidates(problem: Problem, arch: str) -> dict[Config, float]:
         per_pass = KernelSpec(problem, Config(row_groups=row_groups, mma=True, tf32x3=tf32x3, gauss=gauss,
                                               stage_copy=stage_copy)).rows_per_pass if atb else 8 * tile_m * row_groups
         staged = ab_bulk_row_bytes(tile_m * row_groups) if stage_copy == "bulk" and not atb else row_bytes
-        staged_bytes = staged + _staged_out_bytes(problem, stage_out)
+        staged_bytes = staged + _staged_out_bytes(problem, stage_out, y_in_out)
         rows = max(per_pass, int(stage_bytes // staged_bytes) // per_pass * per_pass)
         config = Config(tile_m=tile_m, tile_n=tile_n, mapping="blocked", row_groups=row_groups,
                         rows_per_stage=rows, stages=stages, unroll=2 if atb else 1, mma=True, tf32x3=tf32x3,
                         gauss=gauss, c_source="shared" if atb else "global", stage_out=stage_out, stage_copy=stage_copy,
-                        fma_edges=fma_edges, blocks_per_sm=blocks)
+                        y_in_out=y_in_out, fma_edges=fma_edges, blocks_per_sm=blocks)
         spec = KernelSpec(problem, config)
         if gauss and _spills(spec):
             continue  # Gauss's estimate follows nvcc's count (spec.estimated_registers): over the bound, it spills
@@ -178,7 +186,8 @@ def _mma_candidates(problem: Problem, arch: str) -> dict[Config, float]:
             if _usable(with_producer) and not _spills(with_producer):
                 continue  # a producer warp serves where it fits: on an H100 (2026-11-26) complex128 atb 57's and
                 # 59's real views ran their 5x3 tiles at 80 and 85 % of the read roofline with it, 76 and 78 % inline
-        if _usable(spec, valid, (tile_m, tile_n, row_groups, rows, stages, stage_out, stage_copy, tf32x3, fma_edges)):
+        if _usable(spec, valid, (tile_m, tile_n, row_groups, rows, stages, stage_out, stage_copy, y_in_out, tf32x3,
+                                 fma_edges)):
             # Bulk copies first: on an H200 they beat vector copies of the same tile at
             # float64 atb 33..64 (2026-11-23: 83-92 % against 66-76 % of the read roofline)
             # and at most widths of ab from 18 (85-92 % against 74-89 % of the copy roofline).
@@ -231,14 +240,17 @@ def _wgmma_candidates(problem: Problem) -> dict[Config, float]:
     # the copy roofline without it at 41, 49 and 63, against 74-97 % with it).
     # The fused update takes staged output alone (validate).
     stage_outs = (True,) if problem.n % 2 or problem.update else (True, False)
-    for row_groups, stage_bytes, stages, blocks, stage_out, stage_copy in itertools.product(
-        (4, 8, 12), STAGE_BYTES, (2, 3, 4), (1, 2), stage_outs, ("vector", "bulk"),
+    for row_groups, stage_bytes, stages, blocks, stage_out, stage_copy, y_in_out in itertools.product(
+        (4, 8, 12), STAGE_BYTES, (2, 3, 4), (1, 2), stage_outs, ("vector", "bulk"), _y_forms(problem),
     ):
+        if y_in_out and stage_copy != "bulk":
+            continue
         per_pass = 16 * row_groups
-        staged_bytes = row_bytes + _staged_out_bytes(problem, stage_out)
+        staged_bytes = row_bytes + _staged_out_bytes(problem, stage_out, y_in_out)
         rows = max(per_pass, stage_bytes // staged_bytes // per_pass * per_pass)
         config = dataclasses.replace(base, row_groups=row_groups, rows_per_stage=rows, stages=stages,
-                                     stage_out=stage_out, stage_copy=stage_copy, blocks_per_sm=blocks)
+                                     stage_out=stage_out, stage_copy=stage_copy, y_in_out=y_in_out,
+                                     blocks_per_sm=blocks)
         spec = KernelSpec(problem, config)
         if _usable(spec):
             found[config] = 6 * score(spec) * (WGMMA_BULK_BONUS if stage_copy == "bulk" else 1)
@@ -316,7 +328,7 @@ def candidates(problem: Problem, limit: int = 16, arch: str = "sm_90") -> list[C
     for config in sorted(found, key=found.get, reverse=True):
         shape = (config.tile_m, config.tile_n, config.row_groups, config.rows_per_stage, config.stages,
                  config.padded, config.mma, config.tf32x3, config.wgmma, config.stage_out, config.stage_copy,
-                 config.fma_edges, config.waves)
+                 config.y_in_out, config.fma_edges, config.waves)
         (seconds if shape in seen else firsts).append(config)
         seen.add(shape)
     ranked = firsts + seconds
@@ -398,7 +410,9 @@ def neighbours(problem: Problem, config: Config, arch: str = "sm_90") -> list[Co
             steps.append(dict(tile_m=tile_m, rows_per_stage=passes * KernelSpec(problem, moved).rows_per_pass))
     if c.mma and problem.op == "ab" and has_bulk_copies(arch):  # (wgmma's too)
         # whether bulk copies pay at this geometry is not modelled
-        steps.append(dict(stage_copy="vector" if c.stage_copy == "bulk" else "bulk"))
+        steps.append(dict(stage_copy="vector" if c.stage_copy == "bulk" else "bulk", y_in_out=False))
+        if problem.update and c.stage_copy == "bulk":  # nor whether y's one chunk ahead keeps up
+            steps.append(dict(y_in_out=not c.y_in_out))
     if c.mma and problem.op == "atb":  # the edges the other way, the warp tile trimmed to the core
         edged = dataclasses.replace(c, fma_edges=not c.fma_edges)
         blocks_m, blocks_n = (KernelSpec(problem, edged).mma_blocks(w) for w in (problem.m, problem.n))

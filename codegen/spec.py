@@ -154,6 +154,15 @@ class Config:
                      fused update's y staged beside A: stages_y), instead of each
                      thread storing its own tile: whole-sector writes whatever
                      the parity of N and the fragment layout.
+    y_in_out         ab's fused update with staged output and bulk copies: y's chunk
+                     is bulk-copied into the buffer of out that the chunk's result
+                     will leave from, one chunk ahead (once that buffer's store two
+                     chunks back has read it), and each element of y is read and
+                     overwritten there by the same thread; the ring holds A alone.
+                     Beside A (stages_y) y takes a stage's share in every slot:
+                     at complex64 53 (a real view 106 wide) plain ab's wgmma kernel
+                     then needs 263 328 bytes of shared memory, 208 896 with y in
+                     out's buffers.
     stage_copy       how staged rows of A (and B) move: "vector", 16-byte copies
                      where alignment allows; "element", one copy per element (a
                      simpler loop, for kernels bound by their arithmetic rather
@@ -243,6 +252,7 @@ class Config:
     wgmma: bool = False
     stage_out: bool = False
     stage_copy: str = "vector"
+    y_in_out: bool = False
     fma_edges: bool = False
     lone_transposed: bool = False
     gauss: bool = False
@@ -458,7 +468,7 @@ class KernelSpec:
         which then leaves as plain vectors or one bulk store. (y's loads in the
         copy-out would wait there, after the chunk's products: 72-76 % of the copy
         roofline at 8x8 and 64x64 on an H100.)"""
-        return self.problem.update and self.config.stage_out
+        return self.problem.update and self.config.stage_out and not self.config.y_in_out
 
     def stage_elements(self) -> tuple[int, int]:
         """Elements of the A and B areas of one stage (for ab, the second holds y's rows
@@ -531,9 +541,10 @@ class KernelSpec:
     def shared_bytes(self) -> int:
         """Dynamic shared memory: the stage ring (reused for atb's block-local
         reduction once the ring is drained) plus ab's copy of C and chunk of out,
-        and the bulk pipeline's two 8-byte barriers per slot."""
+        and the bulk pipeline's two 8-byte barriers per slot (and one per buffer
+        of out that y is staged in, Config.y_in_out)."""
         if self.bulk:
-            return self.barrier_offset + 2 * 8 * self.config.stages
+            return self.barrier_offset + 8 * (2 * self.config.stages + self.config.y_in_out * self.out_buffers)
         ring = self.config.stages * self.stage_bytes
         return max(ring, self.reduction_bytes) + self.c_shared_bytes + self.out_stage_bytes
 
@@ -733,6 +744,9 @@ def validate(spec: KernelSpec) -> None:
         raise InvalidSpec("; ".join(errors), spec)
     if c.stage_copy == "bulk_inline" and p.op != "atb":
         errors.append("bulk_inline serves atb only (ab's bulk pipeline keeps its producer warp)")
+        raise InvalidSpec("; ".join(errors), spec)
+    if c.y_in_out and not (p.update and c.stage_out and spec.bulk):
+        errors.append("y_in_out serves ab's fused update with staged output and bulk copies")
         raise InvalidSpec("; ".join(errors), spec)
     if spec.bulk and not bulk_copies_serve(spec):
         errors.append("bulk stage copies serve DMMA atb (float64, float32, complex128 by Gauss), and ab with "

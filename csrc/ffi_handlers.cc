@@ -223,6 +223,12 @@ ffi::Error Tsmm(Op op, cudaStream_t stream, const Operand& a, const Operand& b, 
     args.batch *= axes[i].extent;
   }
   if (update) {
+    // The kernels may stage y's chunks in the buffers that out's leave from (Config.y_in_out),
+    // which takes y as misaligned as out modulo 16 bytes: y is out itself, or another of
+    // XLA's buffers, each 16-byte aligned.
+    if ((reinterpret_cast<uintptr_t>(update->y.data) - reinterpret_cast<uintptr_t>(out.data)) % 16 != 0) {
+      return ffi::Error::InvalidArgument("jax_tsmm: tsmm_ab_update: y and out must lie equally far from a 16-byte boundary");
+    }
     args.y = update->y.data;
     std::copy(update->alpha, update->alpha + 2, args.alpha);
     std::copy(update->beta, update->beta + 2, args.beta);

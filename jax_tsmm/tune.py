@@ -67,8 +67,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from jax_tsmm import _cuda, _dispatch, _kernels, _mtsm, bench
-from jax_tsmm.codegen import Config, KernelSpec, MtsmProblem, MtsmSpec, Problem
-from jax_tsmm.codegen.model import occupancy_ok
+from jax_tsmm.codegen import Config, InvalidSpec, KernelSpec, MtsmProblem, MtsmSpec, Problem
+from jax_tsmm.codegen.model import carried_to_update, occupancy_ok
 from jax_tsmm.codegen.search import candidates, is_valid, mtsm_candidates, mtsm_neighbours, neighbours
 
 # K ranges as (k_min, K timed); None times the benchmark's size (1 GiB matrices).
@@ -249,8 +249,10 @@ def opening_specs(problem: Problem, specs: list[KernelSpec], k: int, range_idx: 
     times besides the search's ``specs``, before its local search: the kernels
     dispatch picks for a complex problem's real view's problem and on the
     architecture's other GPU models, the winners at nearby widths on this one
-    (``nearby_winners``), and dispatch's kernel before the run; the second and
-    third also as kernel -> where they come from."""
+    (``nearby_winners``), for ab's fused update plain ab's kernel carried to it
+    (``carried_to_update``: an update entry otherwise hides it), and dispatch's
+    kernel before the run; the second and third also as kernel -> where they
+    come from."""
     incumbent = _dispatch.select(problem.op, problem.dtype, problem.m, problem.n, k, 0, problem.conj, arch,
                                  device, update=problem.update)
     real = _dispatch.real_view_problem(problem)
@@ -264,6 +266,14 @@ def opening_specs(problem: Problem, specs: list[KernelSpec], k: int, range_idx: 
             origins.setdefault(spec, f"dispatch's choice on {other}")
     for spec, shape in nearby_winners(problem, range_idx, _dispatch.database(arch, device)).items():
         origins.setdefault(spec, f"the winner at {shape}")
+    plain = _dispatch.select(problem.op, problem.dtype, problem.m, problem.n, k, 0, problem.conj, arch, device) \
+        if problem.update else None
+    if plain is not None:
+        update = dataclasses.replace(plain.problem, update=True)
+        try:
+            origins.setdefault(KernelSpec(update, carried_to_update(update, plain.config)), "plain ab's kernel, carried")
+        except InvalidSpec:
+            pass
     extra = [spec for spec in dict.fromkeys([real_own, *origins])
              if spec is not None and spec not in specs + [incumbent]]
     return extra, incumbent, origins

@@ -67,6 +67,10 @@ BULK_CASES = [
                                       c_source="global", mma=True, stage_out=True, stage_copy="bulk")),
     ("ab", (40, 9), "float64", Config(tile_m=2, tile_n=2, mapping="blocked", row_groups=4, rows_per_stage=64,
                                       c_source="global", mma=True, stage_out=True, stage_copy="bulk")),
+    # The fused update with y through out's buffers (Config.y_in_out): DMMA, and wgmma below.
+    ("ab_update", (33, 33), "float64", Config(tile_m=2, tile_n=2, mapping="blocked", row_groups=2, rows_per_stage=64,
+                                              c_source="global", mma=True, stage_out=True, stage_copy="bulk",
+                                              y_in_out=True, blocks_per_sm=1)),
     # Bulk copies issued inline by the first consumer warp (atb): float64 with a ragged span, Gauss's 2x4
     # tiles. Racecheck flags a slot's reuse across the mbarriers (the staging lanes' stores of a span's
     # ragged ends against the last round's reads) in both forms, which K = 1001 (a chunk or so a block)
@@ -100,13 +104,20 @@ BULK_CASES = [
                                     (41, 41, True, "bulk"), (50, 17, True, "bulk"), (48, 48, True, "bulk"),
                                     (24, 13, True, "bulk"))
       if has_wgmma(_cuda.arch())],
+    *([("ab_update", (41, 41), "float32", Config(tile_m=2, tile_n=6, mapping="blocked", row_groups=4,
+                                                 rows_per_stage=64, mma=True, tf32x3=True, wgmma=True,
+                                                 c_source="shared", stage_out=True, stage_copy="bulk", y_in_out=True,
+                                                 blocks_per_sm=1))] if has_wgmma(_cuda.arch()) else []),
 ]
 for op, (m, n), dtype, config in BULK_CASES:
+    update = op == "ab_update"  # V - Q C
     a = random((2, 1001, m), dtype)
     b = random((1, 1001, n) if op == "atb" else (1, m, n), dtype)
-    with _dispatch.forced(KernelSpec(Problem(op, dtype, m, n), config)):
-        got = jax_tsmm.atb(a, b) if op == "atb" else jax_tsmm.ab(a, b)
-    want = a.swapaxes(-1, -2) @ b if op == "atb" else a @ b
+    y = random((2, 1001, n), dtype) if update else None
+    with _dispatch.forced(KernelSpec(Problem("ab" if update else op, dtype, m, n, update=update), config)):
+        got = (jax_tsmm.atb(a, b) if op == "atb" else jax_tsmm.ab(a, b, out=y, alpha=-1, beta=1) if update
+               else jax_tsmm.ab(a, b))
+    want = a.swapaxes(-1, -2) @ b if op == "atb" else y - a @ b if update else a @ b
     err = np.abs(np.asarray(got) - want).max() / np.abs(want).max()
     print(f"{op} {dtype} {m}x{n} K=1001 ({config.mapping}, {config.stage_copy}): relative error {err:.1e}", flush=True)
     assert err < (1e-12 if dtype in ("float64", "complex128") else 1e-4), err

@@ -16,11 +16,12 @@ import pytest
 from jax_tsmm import _kernels
 from jax_tsmm.codegen import Config, InvalidSpec, KernelSpec, Problem, default_config, module_source, validate
 from jax_tsmm.codegen.prebuilt import prebuilt_specs
-from jax_tsmm.codegen.model import SHARED_BUDGET, occupancy_ok, registers_fit
+from jax_tsmm.codegen.model import SHARED_BUDGET, carried_to_update, occupancy_ok, registers_fit, wgmma_config
 from jax_tsmm.codegen.emit import _vector_element, _vector_order, dmma_products, kernel_source
 from jax_tsmm.codegen.search import (LARGE_TILE_BLOCKS, ONE_BLOCK_STAGE_BYTES, _dmma_steps, _tensor_use, _usable,
                                      candidates, flat_candidates, is_valid, launch_bound_registers, neighbours)
-from jax_tsmm.codegen.spec import MAX_REGISTERS, WGMMA_FIXED_REGISTERS, WGMMA_STEP_REGISTERS, wgmma_fragment_vector
+from jax_tsmm.codegen.spec import (MAX_REGISTERS, MAX_SHARED_BYTES, WGMMA_FIXED_REGISTERS, WGMMA_STEP_REGISTERS,
+                                   wgmma_fragment_vector)
 
 DTYPES = ("float32", "float64", "complex64", "complex128")
 
@@ -80,6 +81,9 @@ def _sample_specs() -> list[KernelSpec]:
         (Problem("ab", "float64", 33, 7), Config(tile_m=2, tile_n=1, mapping="blocked", row_groups=2, rows_per_stage=64, c_source="global", mma=True, stage_out=True, stage_copy="bulk")),
         (Problem("ab", "float64", 50, 50), Config(tile_m=2, tile_n=1, mapping="blocked", row_groups=1, rows_per_stage=32, c_source="global", mma=True, stage_out=True, stage_copy="bulk", blocks_per_sm=1)),
         (Problem("ab", "float64", 20, 64), Config(tile_m=1, tile_n=2, mapping="blocked", row_groups=3, rows_per_stage=48, stages=4, c_source="global", mma=True, stage_out=True, stage_copy="bulk")),
+        # the fused update's y through out's buffers (odd N: ragged ends), Gauss's too
+        (Problem("ab", "float64", 33, 7, update=True), Config(tile_m=2, tile_n=1, mapping="blocked", row_groups=2, rows_per_stage=64, c_source="global", mma=True, stage_out=True, stage_copy="bulk", y_in_out=True)),
+        (Problem("ab", "complex128", 53, 53, update=True), Config(tile_m=2, tile_n=2, mapping="blocked", row_groups=1, rows_per_stage=32, c_source="global", mma=True, gauss=True, stage_out=True, stage_copy="bulk", y_in_out=True, blocks_per_sm=1)),
         # the flat mapping: rows of whole vectors (13 x 48), vectors straddling 2 and 4 rows, complex, the update
         (Problem("ab", "float64", 13, 48), Config(mapping="flat", row_groups=12, rows_per_stage=48, c_source="global", blocks_per_sm=1)),
         (Problem("ab", "float64", 3, 7), Config(mapping="flat", row_groups=32, rows_per_stage=256, unroll=2, c_source="global", waves=8)),
@@ -785,7 +789,7 @@ def test_fused_update_stages_y_beside_a(dtype, m, n):
     and the threads apply the update as they gather out. The search offers such
     kernels for every dtype's update."""
     problem = Problem("ab", dtype, m, n, update=True)
-    found = [c for c in candidates(problem, 64, "sm_90") if c.stage_out]
+    found = [c for c in candidates(problem, 64, "sm_90") if c.stage_out and not c.y_in_out]
     assert found
     for config in found:
         spec = KernelSpec(problem, config)
@@ -800,6 +804,47 @@ def test_fused_update_stages_y_beside_a(dtype, m, n):
         staging = (f"if (read_y && lane == 1) tsmm_bulk_stage(slot_y(slot) + y_shift, y + row0 * {n}" if spec.bulk
                    else f"if (read_y) tsmm_stage_copy<")
         assert staging in source and "update(acc" in source and ", sy[" in source
+
+
+@pytest.mark.parametrize("dtype, m, n", [("float64", 33, 33), ("float64", 17, 5), ("complex128", 48, 48),
+                                         ("float32", 106, 106)])
+def test_fused_update_stages_y_in_out_buffers(dtype, m, n):
+    """With bulk copies y may come through out's buffers instead (Config.y_in_out):
+    the ring holds A alone, so the kernel takes plain ab's shared memory and one
+    barrier per buffer of out; one thread stages each next chunk of y into the buffer
+    whose store has read it, and the threads wait for it before the update. The
+    search offers it for the bulk update kernels, and only those."""
+    problem = Problem("ab", dtype, m, n, update=True)
+    found = [c for c in candidates(problem, 64, "sm_90") if c.y_in_out]
+    assert found and all(c.stage_out and c.stage_copy == "bulk" for c in found)
+    for config in found:
+        spec = KernelSpec(problem, config)
+        plain = KernelSpec(Problem("ab", dtype, m, n), dataclasses.replace(config, y_in_out=False))
+        assert not spec.stages_y and spec.stage_elements() == plain.stage_elements()
+        assert spec.shared_bytes == plain.shared_bytes + 8 * spec.out_buffers
+        source = kernel_source(spec)
+        assert "y_into_out(step + 1);" in source and "tsmm_barrier_wait(&y_full[step & 1]" in source
+        assert "sy = sout + out_shift;" in source and "slot_y" not in source
+    for other in (dataclasses.replace(found[0], stage_copy="vector"), dataclasses.replace(found[0], stage_out=False)):
+        with pytest.raises(InvalidSpec, match="y_in_out"):
+            validate(KernelSpec(problem, other))
+    with pytest.raises(InvalidSpec, match="y_in_out"):
+        validate(KernelSpec(Problem("ab", dtype, m, n), found[0]))
+
+
+def test_the_update_carries_plain_abs_bulk_kernel_with_y_in_out_buffers_where_beside_a_does_not_fit():
+    """complex64 53's real view (106 wide) on plain ab's wgmma kernel with bulk copies:
+    y beside A would need 263 328 bytes of shared memory; carried to the update, the
+    same kernel takes y through out's buffers. Where y fits beside A, it stays there."""
+    wide = Problem("ab", "float32", 106, 106, update=True)
+    plain = dataclasses.replace(wgmma_config(Problem("ab", "float32", 106, 106)), rows_per_stage=64, stages=2,
+                                blocks_per_sm=1, stage_copy="bulk")
+    assert KernelSpec(wide, plain).shared_bytes == 263_328 > MAX_SHARED_BYTES
+    assert carried_to_update(wide, plain) == dataclasses.replace(plain, y_in_out=True)
+    narrow = Problem("ab", "float64", 33, 33, update=True)
+    config = Config(tile_m=2, tile_n=1, mapping="blocked", row_groups=2, rows_per_stage=64, c_source="global",
+                    mma=True, stage_out=True, stage_copy="bulk", blocks_per_sm=1)
+    assert carried_to_update(narrow, config) == config
 
 
 def test_bulk_ab_needs_a_spacing_its_passes_hold_and_staged_output():

@@ -691,34 +691,41 @@ def test_fused_update(dtype, m, n, alpha, beta, batch, k):
     assert np.all(np.abs(to_wide(got) - want) <= bound + 1e-30)
 
 
-FAST_UPDATE_CASES = [  # dtype, M, N, path, stage_copy: the fused update with staged output on ab's paths.
-    # Bulk copies stage y's rows beside A's (KernelSpec.stages_y): rows spaced within a span (33), in padded
-    # groups (40), N odd (17 x 5, 49 x 13); vector copies stage y in the issue step (FMA tiles too).
-    ("float64", 33, 33, "dmma", "bulk"),
-    ("float64", 40, 24, "dmma", "bulk"),
-    ("float64", 17, 5, "dmma", "bulk"),
-    ("float32", 40, 40, "wgmma", "bulk"),
-    ("float32", 49, 13, "wgmma", "bulk"),
-    ("float32", 64, 64, "wgmma", "vector"),
-    ("complex128", 48, 48, "gauss", "bulk"),
-    ("complex128", 53, 21, "gauss", "vector"),
-    ("float64", 33, 33, "dmma", "vector"),
-    ("complex64", 9, 7, "fma", "vector"),
+FAST_UPDATE_CASES = [  # dtype, M, N, path, stage_copy, y_in_out: the fused update with staged output on ab's
+    # paths. Bulk copies stage y's rows beside A's (KernelSpec.stages_y): rows spaced within a span (33), in padded
+    # groups (40), N odd (17 x 5, 49 x 13); vector copies stage y in the issue step (FMA tiles too). With
+    # y_in_out, y comes through out's buffers instead (float32 100: complex64 50's real view).
+    ("float64", 33, 33, "dmma", "bulk", False),
+    ("float64", 40, 24, "dmma", "bulk", False),
+    ("float64", 17, 5, "dmma", "bulk", False),
+    ("float32", 40, 40, "wgmma", "bulk", False),
+    ("float32", 49, 13, "wgmma", "bulk", False),
+    ("float32", 64, 64, "wgmma", "vector", False),
+    ("complex128", 48, 48, "gauss", "bulk", False),
+    ("complex128", 53, 21, "gauss", "vector", False),
+    ("float64", 33, 33, "dmma", "vector", False),
+    ("complex64", 9, 7, "fma", "vector", False),
+    ("float64", 33, 33, "dmma", "bulk", True),
+    ("float64", 17, 5, "dmma", "bulk", True),
+    ("float32", 49, 13, "wgmma", "bulk", True),
+    ("float32", 100, 100, "wgmma", "bulk", True),
+    ("complex128", 48, 48, "gauss", "bulk", True),
 ]
-FAST_UPDATE_PARAMETERS = ("dtype", "m", "n", "path", "stage_copy")
+FAST_UPDATE_PARAMETERS = ("dtype", "m", "n", "path", "stage_copy", "y_in_out")
 
 
-def fast_update_spec(dtype, m, n, path, stage_copy) -> KernelSpec:
+def fast_update_spec(dtype, m, n, path, stage_copy, y_in_out) -> KernelSpec:
     """The kernel of a FAST_UPDATE_CASES row: staged output, as each path needs with the update."""
     problem = Problem("ab", dtype, m, n, update=True)
     if path == "fma":
         return KernelSpec(problem, next(c for c in candidates(problem, 64) if c.stage_out and not c.mma))
     if path == "wgmma":
         return KernelSpec(problem, dataclasses.replace(wgmma_config(problem), rows_per_stage=64, stages=3,
-                                                       stage_copy=stage_copy, blocks_per_sm=1))
+                                                       stage_copy=stage_copy, y_in_out=y_in_out, blocks_per_sm=1))
     return two_passes_a_stage(problem, Config(
         tile_m=2, tile_n=min(2, -(-n // 8)), mapping="blocked", row_groups=2 if path == "dmma" else 1,
-        c_source="global", mma=True, gauss=path == "gauss", stage_out=True, stage_copy=stage_copy, blocks_per_sm=1))
+        c_source="global", mma=True, gauss=path == "gauss", stage_out=True, stage_copy=stage_copy, y_in_out=y_in_out,
+        blocks_per_sm=1))
 
 
 @pytest.fixture(scope="module")
@@ -729,14 +736,15 @@ def fast_update_kernels_compiled(request):
 @pytest.mark.parametrize("scales", ["in_place", "general"])
 @pytest.mark.parametrize(", ".join(FAST_UPDATE_PARAMETERS), FAST_UPDATE_CASES)
 @pytest.mark.parametrize("k", [1, 37, 100_003, 10**6 + 7])
-def test_fused_update_fast_paths(dtype, m, n, path, stage_copy, scales, k, fast_update_kernels_compiled):
+def test_fused_update_fast_paths(dtype, m, n, path, stage_copy, y_in_out, scales, k, fast_update_kernels_compiled):
     """ab's fused update on the bulk-copy, wgmma, Gauss and FMA kernels, y staged beside
-    A (KernelSpec.stages_y): V - Q C written over V (donated), and general alpha and
-    beta; within the error bound, through many rounds of the ring with a ragged last
-    chunk, over batch items off a 16-byte boundary (odd K * N; the long K on one
-    item). (beta = 0 lowers to plain ab: test_cuda_lowering.)"""
-    spec = fast_update_spec(dtype, m, n, path, stage_copy)
-    assert spec.stages_y and spec.bulk == (stage_copy == "bulk")
+    A (KernelSpec.stages_y) or in out's buffers (Config.y_in_out): V - Q C written
+    over V (donated), and general alpha and beta; within the error bound, through
+    many rounds of the ring with a ragged last chunk, over batch items off a 16-byte
+    boundary (odd K * N; the long K on one item). (beta = 0 lowers to plain ab:
+    test_cuda_lowering.)"""
+    spec = fast_update_spec(dtype, m, n, path, stage_copy, y_in_out)
+    assert spec.stages_y != y_in_out and spec.bulk == (stage_copy == "bulk")
     alpha, beta = (-1, 1) if scales == "in_place" else (1 - 2j, 0.5j) if dtype.startswith("complex") else (2.5, -0.5)
     check_forced_update(spec.problem, spec, np.random.default_rng(), k, () if k > 10**6 else (3,), alpha, beta)
 
