@@ -306,12 +306,17 @@ def default_config(problem: Problem, arch: str = "") -> Config:
 
 def carried_to_update(problem: Problem, config: Config) -> Config:
     """Plain ab's ``config`` for the fused update ``problem`` of its shape: the same
-    kernel, y's rows staged beside A's where out is staged (KernelSpec.stages_y); where
-    that does not fit and out leaves by bulk stores, y through out's buffers
-    (Config.y_in_out), which takes no more shared memory than plain ab; else the ring
-    made to fit blocks_per_sm blocks on an SM by fewer rows per stage (whole
+    kernel, y's rows staged beside A's where out is staged (KernelSpec.stages_y), its
+    ring made to fit blocks_per_sm blocks on an SM by fewer rows per stage (whole
     passes), then fewer stages, then fewer blocks; where none fits, the same with out
-    (and so y) staged. Raise InvalidSpec where nothing fits. The update moves A and
+    (and so y) staged; where none of those fits and out leaves by bulk stores, y
+    through out's buffers (Config.y_in_out), which takes no more shared memory than
+    plain ab. Raise InvalidSpec where nothing fits. On an H100 (2026-11-26) y in
+    out's buffers ran complex64's update at 49..57 (wgmma kernels that y beside A
+    does not fit) at 89-98 % of the roofline, where the tuner's best had run 65-83 %;
+    but 10 of 51 update kernels whose shrunk rings y beside A fits lost 2-11 points
+    with it against their earlier runs (float64 42: 85.0 against 96.3 %), so it comes
+    last. The update moves A and
     out as plain ab does, plus y: on an H100 (2026-11-26), at 12 widths of 3..63
     without update entries, plain ab's kernels carried over (tuned, else the
     model's) ran float64's update at 89-97 % of the roofline, float32's at 85-95 %
@@ -325,8 +330,7 @@ def carried_to_update(problem: Problem, config: Config) -> Config:
               for stages in range(staged.stages, 1, -1)
               for rows in _halvings(staged.rows_per_stage, math.lcm(KernelSpec(problem, staged).rows_per_pass,
                                                                     problem.vector_elements))]
-    rings = [config, *in_out, *shrunk]
-    for carried in rings:
+    for carried in [*shrunk, *in_out]:
         spec = KernelSpec(problem, carried)
         try:
             validate(spec)
@@ -334,7 +338,7 @@ def carried_to_update(problem: Problem, config: Config) -> Config:
             continue
         if occupancy_ok(spec):
             return carried
-    validate(KernelSpec(problem, rings[-1]))  # the smallest ring: raises with the reason
+    validate(KernelSpec(problem, shrunk[-1]))  # the smallest ring beside A: raises with the reason
     raise InvalidSpec("no ring of this kernel fits an SM with the update's y staged", KernelSpec(problem, config))
 
 
