@@ -161,7 +161,7 @@ class Config:
                      overwritten there by the same thread; the ring holds A alone.
                      Beside A (stages_y) y takes a stage's share in every slot:
                      at complex64 53 (a real view 106 wide) plain ab's wgmma kernel
-                     then needs 263 328 bytes of shared memory, 208 896 with y in
+                     then needs 263 328 bytes of shared memory, 209 040 with y in
                      out's buffers.
     stage_copy       how staged rows of A (and B) move: "vector", 16-byte copies
                      where alignment allows; "element", one copy per element (a
