@@ -621,8 +621,7 @@ def _bulk_pipeline(spec: KernelSpec, consume: list[str], finish: list[str] = (),
     ] if spec.stages_y else []
     y_in_out = [  # Config.y_in_out: the thread that stores out's chunks (_ab_bulk_store) stages y's
         "auto y_into_out = [&](long long step) {  // y's chunk `step` into the buffer its out leaves from",
-        f"  const long long row0 = (first_chunk + step * args.grid_k) * {spec.rows_per_chunk};",
-        f"  const int rows = static_cast<int>(min(static_cast<long long>({spec.rows_per_chunk}), args.k - row0));",
+        *["  " + line for line in _step_chunk(spec) if "slot" not in line],
         f"  tsmm_bulk_stage(slot_out(step) + out_shift, y + row0 * {p.n}, rows * {p.n}, &y_full[step & 1]);",
         "  tsmm_barrier_arrive(&y_full[step & 1]);",
         "};",
