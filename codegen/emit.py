@@ -1763,17 +1763,18 @@ def kernel_source(spec: KernelSpec) -> str:
     return _emit_ab_flat(spec) if spec.flat else _emit_ab(spec)
 
 
-def _wgmma_tf32(n: int) -> str:
+def _wgmma_tf32(n: int, accumulate: bool = True) -> str:
     """The wgmma product of one width: 64 rows x n columns of float32 sums += A (64 x 8
     TF32, each warp's 16 rows as an m16n8k8 A fragment in registers) x B (8 x n
-    TF32 in shared memory)."""
+    TF32 in shared memory); without ``accumulate`` (``..._set``) the sums are
+    overwritten, D = A B, which starts a sum without zeroing its registers."""
     regs = n // 2
     accs = ", ".join(f"%{i}" for i in range(regs))
     return "\n".join([
         "#if defined(__CUDA_ARCH_FEAT_SM90_ALL)",
-        f"__device__ __forceinline__ void tsmm_wgmma_tf32_n{n}(float (&d)[{regs}], unsigned a0, unsigned a1, "
-        "unsigned a2, unsigned a3, unsigned long long b) {",
-        '  asm volatile("{\\n.reg .pred accumulate;\\nsetp.ne.b32 accumulate, 1, 0;\\n"',
+        f"__device__ __forceinline__ void tsmm_wgmma_tf32_n{n}{'' if accumulate else '_set'}(float (&d)[{regs}], "
+        "unsigned a0, unsigned a1, unsigned a2, unsigned a3, unsigned long long b) {",
+        f'  asm volatile("{{\\n.reg .pred accumulate;\\nsetp.ne.b32 accumulate, {int(accumulate)}, 0;\\n"',
         f'               "wgmma.mma_async.sync.aligned.m64n{n}k8.f32.tf32.tf32 {{{accs}}}, "',
         f'               "{{%{regs}, %{regs + 1}, %{regs + 2}, %{regs + 3}}}, %{regs + 4}, accumulate, 1, 1;\\n}}\\n"',
         "               : " + ", ".join(f'"+f"(d[{i}])' for i in range(regs)),

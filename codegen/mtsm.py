@@ -23,7 +23,10 @@ products on the FP64 tensor cores (mma.sync m8n8k4), for the widths that would
 bind the FMA units; float32 is widened to double (exactly) on the way from
 shared memory to the fragments, and the sums are rounded once at the end.
 ``tf32x3`` (float32 with ``mma``): the TF32 tensor cores instead (mma.sync
-m16n8k8, 3xTF32 as in atb and ab), on the same staged layouts.
+m16n8k8, 3xTF32 as in atb and ab), on the same staged layouts. ``wgmma``
+(with ``tf32x3``, sm_90a): the same products as Hopper's warpgroup MMA, which
+issues twice mma.sync's tensor work per SM; each block splits X's chunk into
+the B operand's layout once for all its warpgroups.
 
 All: when rows/strips alone give too few blocks for the GPU, K is split over
 ``gridDim.y`` (decided by the lowering); each split writes its partial result
@@ -41,7 +44,7 @@ import pathlib
 from dataclasses import dataclass
 
 from .abi import PRELUDE
-from .emit import _STAGE_COPY, _Arith, dmma_products, tf32_partial_sums, tf32_products
+from .emit import _STAGE_COPY, _Arith, _wgmma_tf32, dmma_products, tf32_partial_sums, tf32_products
 from .model import SM_REGISTERS, SM_SHARED_BYTES, SM_THREADS
 from .spec import (DTYPES, MAX_REGISTERS, MAX_SHARED_BYTES, MAX_THREADS, MMA_DTYPES, VECTOR_BYTES, ElementType,
                    InvalidSpec, fragment_stride)
@@ -116,6 +119,14 @@ class MtsmConfig:
                      along M (k_steps and rows_per_thread even), so the staged
                      layouts stay DMMA's; it spares the widening conversions,
                      which cost DMMA float32 as much pipe time as its products.
+    wgmma            with tf32x3 (sm_90a): the products as wgmma m64nNk8 instructions
+                     of warpgroups (row_warps a multiple of 4), each warp's
+                     rows_per_thread blocks of 8 rows as halves of its 16 rows in
+                     rows_per_thread / 2 tiles of 64 rows; X's chunk goes from its
+                     staged rows into the B operand's core matrices, split, once
+                     per block. mma.sync's TF32 products bound the float32 A X
+                     kernels from N = 32 (about 150 TFLOP/s of tensor work on an
+                     H100 at N = 64, where the read asks for twice that).
     """
 
     tile_n: int
@@ -129,6 +140,7 @@ class MtsmConfig:
     blocks_per_sm: int = 2
     mma: bool = False
     tf32x3: bool = False
+    wgmma: bool = False
 
 
 @dataclass(frozen=True)
@@ -204,6 +216,26 @@ class MtsmSpec:
         return fragment_stride(width, self.problem.element_bytes, layout)
 
     @property
+    def arch_specific(self) -> bool:
+        """Whether the kernels use sm_90a's arch-specific instructions (wgmma)."""
+        return self.config.wgmma
+
+    @property
+    def wgmma_tiles(self) -> int:
+        """wgmma: tiles of 64 rows per warpgroup."""
+        return self.config.rows_per_thread // 2
+
+    @property
+    def x_split_offset(self) -> int:
+        """wgmma: where X's split chunk starts in shared memory, after the ring."""
+        return _round_up(self.config.stages * self.stage_bytes, 128)
+
+    @property
+    def x_split_bytes(self) -> int:
+        """wgmma: X's chunk as the B operand, its TF32 parts and their remainders."""
+        return 2 * self.chunk * 8 * self.n_blocks * 4 if self.config.wgmma else 0
+
+    @property
     def stage_bytes(self) -> int:
         p = self.problem
         a_rows = self.chunk if p.transpose_a else self.block_rows
@@ -216,11 +248,16 @@ class MtsmSpec:
 
     @property
     def shared_bytes(self) -> int:
-        """The stage ring, reused for the block-local reduction once drained."""
+        """The stage ring, reused for the block-local reduction once drained; wgmma's
+        split X after it."""
+        if self.config.wgmma:
+            return self.x_split_offset + self.x_split_bytes
         return max(self.config.stages * self.stage_bytes, self.reduction_bytes)
 
     def estimated_registers(self) -> int:
         p, c = self.problem, self.config
+        if c.wgmma:  # per tile D's total and two sums of a chunk; every k-step's split A fragments of a chunk
+            return self.wgmma_tiles * (3 * 4 * self.n_blocks + 8 * (self.chunk // 8)) + 40
         if c.tf32x3:  # two floats of D per 8x8 block, summed and total; hi and lo of two k halves per fragment
             return 4 * c.rows_per_thread * self.n_blocks + 4 * (c.rows_per_thread + self.n_blocks) + 40
         if c.mma:  # two doubles of D per 8x8 block, one double per A and B fragment
@@ -278,8 +315,11 @@ def validate(spec: MtsmSpec) -> None:
         if c.tf32x3 and (p.dtype != "float32" or c.k_steps % 2 or c.rows_per_thread % 2):
             errors.append("tf32x3 serves float32 only, with even k_steps and rows_per_thread (an m16n8k8 step "
                           "takes two of each)")
-    elif c.tf32x3:
-        errors.append("tf32x3 runs on the tensor cores: it needs mma")
+        if c.wgmma and (not c.tf32x3 or c.row_warps % 4 or c.k_steps > 16):
+            errors.append("wgmma runs 3xTF32 (tf32x3) in warpgroups (row_warps a multiple of 4) with at most "
+                          "16 k-steps a chunk (the tensor cores truncate the float32 sums of a chunk)")
+    elif c.tf32x3 or c.wgmma:
+        errors.append("tf32x3 and wgmma run on the tensor cores: each needs mma")
     elif p.transpose_a:
         if c.rows_per_thread < 1 or p.vector_elements % c.rows_per_thread:
             errors.append(f"rows_per_thread {c.rows_per_thread} must divide {p.vector_elements} "
@@ -891,6 +931,105 @@ def _emit_mma(spec: MtsmSpec, ar: _Arith) -> list[str]:
     return body + ["", "// Store the blocks: rows past M and columns past N are skipped."] + stores
 
 
+def _emit_wgmma(spec: MtsmSpec, ar: _Arith) -> list[str]:
+    """3xTF32 on Hopper's warpgroup MMA (wgmma m64nNk8, MtsmConfig.wgmma), both
+    layouts: A's fragments come from the staged rows into registers as for
+    mma.sync (any layout of A serves), split there; X's chunk, which wgmma reads
+    from shared memory K-major only, is rewritten split into the B operand's core
+    matrices once per block and chunk. A chunk's products start from zero in two
+    sums per tile (hi x hi, and the correction terms), added to the totals once
+    the chunk is done: the tensor cores truncate their float32 sums."""
+    p, c = spec.problem, spec.config
+    e, n, vec, t = ar.elem, p.n, p.vector_elements, spec.threads
+    n8, chunk, xs = 8 * spec.n_blocks, spec.chunk, spec.x_stride
+    tiles, k8, regs = spec.wgmma_tiles, spec.chunk // 8, 4 * spec.n_blocks
+    split_floats = chunk * n8
+    if p.transpose_a:
+        a_fragment = lambda row, kk: f"sa[({kk}) * {spec.a_stride} + {row}]"  # noqa: E731
+    else:
+        a_fragment = lambda row, kk: f"sa[{row} * {spec.a_stride} + {kk}]"  # noqa: E731
+    body = [
+        "#if !defined(__CUDA_ARCH_FEAT_SM90_ALL)",
+        '#error "MtsmConfig.wgmma needs sm_90a (wgmma)"',
+        "#endif",
+        *_prologue(spec, ar),
+        f"const bool a_vectors = args.{'m' if p.transpose_a else 'k'} % {vec} == 0 && tsmm_misalignment(a) == 0;",
+        "",
+        f"// Thread place: warpgroup `group` owns tiles group*{tiles} .. +{tiles} of 64 of the block's",
+        f"// {spec.block_rows} rows; a warp takes 16 rows of each tile, as wgmma's A operand in",
+        "// registers: the m16n8k8 A fragment [lane/4 (+8)][lane%4 (+4)]. D of those rows:",
+        "// [lane/4][8*block + 2*(lane%4) + h] in d[4*block + h], row lane/4 + 8 in d[4*block + 2 + h].",
+        f"const long long row_base = static_cast<long long>(blockIdx.x) * {spec.block_rows};",
+        "const int lane = tid % 32;",
+        "const int group = tid / 128;",
+        "const int frag_k = lane % 4;",
+        *[f"const int row{u}_{i} = (group * {tiles} + {u}) * 64 + tid / 32 % 4 * 16 + lane / 4 + {8 * i};"
+          for u in range(tiles) for i in (0, 1)],
+        "",
+        "// X's chunk as wgmma's B operand: K-major core matrices of 8 columns x 4 entries of K",
+        f"// (128 contiguous bytes), 128 bytes apart along K and {chunk * 32} along N; the remainders",
+        f"// {split_floats * 4} bytes after the TF32 parts.",
+        f"float* x_split = reinterpret_cast<float*>(tsmm_smem + {spec.x_split_offset});",
+        f"const unsigned long long x_hi = tsmm_wgmma_desc(x_split, 128, {chunk * 32});",
+        f"const unsigned long long x_lo = tsmm_wgmma_desc(x_split + {split_floats}, 128, {chunk * 32});",
+        "",
+        "// Per tile: the totals, and a chunk's two sums (hi x hi, and the corrections).",
+        *[f"float total{u}[{regs}] = {{}}, sum{u}[{regs}] = {{}}, fix{u}[{regs}] = {{}};" for u in range(tiles)],
+        "",
+    ]
+    a_setup, a_copy = _a_copy(spec, ar, "row_base")
+    body += a_setup
+    fragments = [
+        f"const tsmm_tf32_pair a{u}_{q}_{i}_{h} = tsmm_split_tf32("
+        f"{a_fragment(f'row{u}_{i}', f'{8 * q + 4 * h} + frag_k')});"
+        for u in range(tiles) for q in range(k8) for h in (0, 1) for i in (0, 1)
+    ]
+    products = []
+    for u in range(tiles):
+        for q in range(k8):
+            hi = ", ".join(f"a{u}_{q}_{i}_{h}.hi" for h in (0, 1) for i in (0, 1))
+            lo = ", ".join(f"a{u}_{q}_{i}_{h}.lo" for h in (0, 1) for i in (0, 1))
+            start = "_set" if q == 0 else ""
+            products += [
+                f"tsmm_wgmma_tf32_n{n8}{start}(sum{u}, {hi}, x_hi + {16 * q});",
+                f"tsmm_wgmma_tf32_n{n8}{start}(fix{u}, {lo}, x_hi + {16 * q});",
+                f"tsmm_wgmma_tf32_n{n8}(fix{u}, {hi}, x_lo + {16 * q});",
+            ]
+    consume = [
+        "(void)rows;  // whole chunks: the tail is zero-padded",
+        f"const {e}* sa = slot_a(slot);",
+        f"const {e}* sx = slot_x(slot);",
+        "// The split pass: each warp writes whole core matrices, reading 4 staged rows x 8",
+        "// columns of X (distinct banks at this row stride). Columns past N hold stale",
+        "// values, whose sums are never stored.",
+        f"for (int e = tid; e < {split_floats}; e += {t}) {{",
+        f"  const int core = e / 32, k = core % {chunk // 4} * 4 + e % 4, col = core / {chunk // 4} * 8 + e % 32 / 4;",
+        f"  const tsmm_tf32_pair part = tsmm_split_tf32(sx[k * {xs} + col]);",
+        "  x_split[e] = __uint_as_float(part.hi);",
+        f"  x_split[{split_floats} + e] = __uint_as_float(part.lo);",
+        "}",
+        "tsmm_fence_shared_for_bulk();  // the tensor cores read it through the async proxy",
+        "__syncthreads();",
+        f"// Every k-step's A fragments of the chunk, split, then its {3 * k8 * tiles} wgmma at once.",
+        *fragments,
+        "tsmm_wgmma_fence();",
+        *products,
+        "tsmm_wgmma_commit_and_wait();",
+        *[f"for (int r = 0; r < {regs}; ++r) total{u}[r] += sum{u}[r] + fix{u}[r];" for u in range(tiles)],
+    ]
+    body += _pipeline(spec, a_copy + _x_copy(spec, ar, zero_tail=True), consume)
+    body += ["", "// Store the tiles: rows past M and columns past N are skipped."]
+    for u in range(tiles):
+        for j in range(spec.n_blocks):
+            for i in (0, 1):
+                for h in (0, 1):
+                    col = f"{8 * j + h} + 2 * frag_k"
+                    guards = [f"row_base + row{u}_{i} < args.m"] + ([f"{col} < {n}"] if n8 > n else [])
+                    body.append(f"if ({' && '.join(guards)}) dst[(row_base + row{u}_{i}) * {n} + {col}] = "
+                                f"total{u}[{4 * j + 2 * i + h}];")
+    return body
+
+
 def _finalize(spec: MtsmSpec, ar: _Arith) -> list[str]:
     e, n = ar.elem, spec.problem.n
     return [
@@ -913,7 +1052,7 @@ def kernel_source(spec: MtsmSpec) -> str:
     validate(spec)
     p, c = spec.problem, spec.config
     ar = _Arith(p)
-    emit = _emit_mma if c.mma else _emit_transposed if p.transpose_a else _emit_plain
+    emit = _emit_wgmma if c.wgmma else _emit_mma if c.mma else _emit_transposed if p.transpose_a else _emit_plain
     body = emit(spec, ar)
     lines = [
         f"// {spec.name}: mtsm transpose_a={p.transpose_a} {p.dtype} N={p.n} conj={p.conj}",
@@ -933,8 +1072,10 @@ def kernel_source(spec: MtsmSpec) -> str:
 
 def module_source(specs: list[MtsmSpec]) -> str:
     """A self-contained translation unit (no includes) with the kernels of ``specs``."""
-    return "\n".join(["// Generated by jax_tsmm's codegen (mtsm); do not edit.", PRELUDE, _STAGE_COPY,
-                      ARGS_STRUCT] + [kernel_source(spec) for spec in specs])
+    wgmma_widths = sorted({8 * spec.n_blocks for spec in specs if spec.config.wgmma})
+    return "\n".join(["// Generated by jax_tsmm's codegen (mtsm); do not edit.", PRELUDE, _STAGE_COPY, ARGS_STRUCT]
+                     + [_wgmma_tf32(n, accumulate) for n in wgmma_widths for accumulate in (True, False)]
+                     + [kernel_source(spec) for spec in specs])
 
 
 def header() -> str:

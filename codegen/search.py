@@ -462,6 +462,9 @@ MTSM_IN_FLIGHT_BYTES = 64 * 1024  # per SM, to cover DRAM latency at an H200's b
 # 3xTF32 ahead of float32's DMMA, whose widening conversions cost as much pipe time
 # as its products (atb's and ab's _mma_candidates rank it the same way).
 MTSM_TF32_BONUS = 1.5
+# wgmma issues twice mma.sync's tensor work per SM, which bounds the 3xTF32 A X
+# kernels from N = 32 (MtsmConfig.wgmma).
+MTSM_WGMMA_BONUS = 2.0
 
 
 def mtsm_score(spec: MtsmSpec) -> float:
@@ -473,7 +476,8 @@ def mtsm_score(spec: MtsmSpec) -> float:
     if c.mma:
         reuse = 2 * c.rows_per_thread * spec.n_blocks / (c.rows_per_thread + spec.n_blocks)
         useful = p.n / (8 * spec.n_blocks)
-        compute = min(1.0, 2 / mtsm.fma_utilization(p)) * (MTSM_TF32_BONUS if c.tf32x3 else 1)
+        compute = (min(1.0, 2 / mtsm.fma_utilization(p)) * (MTSM_TF32_BONUS if c.tf32x3 else 1)
+                   * (MTSM_WGMMA_BONUS if c.wgmma else 1))
     else:
         if p.transpose_a:  # one A vector and the tile's X slice per row
             reuse = c.rows_per_thread * c.tile_n / (c.rows_per_thread + c.tile_n)
@@ -494,11 +498,11 @@ def mtsm_score(spec: MtsmSpec) -> float:
     return reuse * latency * warps * compute * useful * contiguity
 
 
-def _mtsm_grid(problem: MtsmProblem):
+def _mtsm_grid(problem: MtsmProblem, arch: str):
     """Every configuration of the search space, before validation: register tiles,
     thread shapes, stage sizes (in bytes; each layout turns them into its chunk),
     ring depths and blocks per SM; DMMA's for float64 and float32, and 3xTF32's
-    for float32 (pairs of 8-row blocks and of k-steps)."""
+    for float32 (pairs of 8-row blocks and of k-steps), on mma.sync or wgmma."""
     p = problem
     vec = p.vector_elements
     depths = list(itertools.product((2, 3, 4), (1, 2, 3, 4)))
@@ -535,6 +539,14 @@ def _mtsm_grid(problem: MtsmProblem):
             k_steps = max(2, k_steps // 2 * 2)
         for stages, blocks in depths:
             yield dataclasses.replace(probe.config, k_steps=k_steps, stages=stages, blocks_per_sm=blocks)
+    if p.dtype != "float32" or not has_wgmma(arch):
+        return
+    # wgmma: tiles of 64 rows per warpgroup, one or two warpgroups, chunks of 4 or 8
+    # wgmma k-steps (each chunk costs the block a split pass of X and two barriers).
+    for tiles, row_warps, k_steps in itertools.product((1, 2), (4, 8), (8, 16)):
+        for stages, blocks in depths:
+            yield MtsmConfig(tile_n=p.n, rows_per_thread=2 * tiles, row_warps=row_warps, k_steps=k_steps, mma=True,
+                             tf32x3=True, wgmma=True, stages=stages, blocks_per_sm=blocks)
 
 
 def _mtsm_usable(spec: MtsmSpec) -> bool:
@@ -546,21 +558,21 @@ def _mtsm_usable(spec: MtsmSpec) -> bool:
     return spec.threads >= 64
 
 
-def mtsm_candidates(problem: MtsmProblem, limit: int = 12) -> list[MtsmConfig]:
-    """Up to ``limit`` valid configurations, the model's default first, then the
+def mtsm_candidates(problem: MtsmProblem, limit: int = 12, arch: str = "sm_90") -> list[MtsmConfig]:
+    """Up to ``limit`` valid configurations for GPUs of ``arch``, the model's default first, then the
     best-scored, one per tile, thread shape and (A X) row segment before any
     second variant of a shape (ring depth and blocks per SM matter less, and the
     tuner's neighbours refine them); the tensor cores' best (DMMA, 3xTF32) keep
     half of the list from N = 16."""
     scored = {}
-    for config in _mtsm_grid(problem):
+    for config in _mtsm_grid(problem, arch):
         spec = MtsmSpec(problem, config)
         if config not in scored and _mtsm_usable(spec):
             scored[config] = mtsm_score(spec)
 
     def shape(config: MtsmConfig) -> tuple:
         segment = 0 if problem.transpose_a else MtsmSpec(problem, config).chunk  # A X: a row's share of a chunk
-        return (config.mma, config.tf32x3, config.tile_n, config.rows_per_thread, config.lanes, config.row_warps,
+        return (config.mma, config.tf32x3, config.wgmma, config.tile_n, config.rows_per_thread, config.lanes, config.row_warps,
                 config.k_groups, segment)
 
     default = mtsm.default_config(problem)

@@ -78,7 +78,7 @@ def library_for(spec: KernelSpec | MtsmSpec, arch: str) -> str:
 def target_flags(specs: list[KernelSpec] | list[MtsmSpec], arch: str) -> list[str]:
     """nvcc's target for ``specs`` on GPUs of ``arch``: the arch-specific sm_90a where a
     spec uses its instructions (wgmma; nvcc 13.0 takes it only in the -gencode form)."""
-    if not any(isinstance(spec, KernelSpec) and spec.arch_specific for spec in specs):
+    if not any(spec.arch_specific for spec in specs):
         return [f"-arch={arch}"]
     if not has_wgmma(arch):
         raise KernelBuildError(f"jax_tsmm: wgmma kernels run on sm_90 (Hopper) only, not {arch}")

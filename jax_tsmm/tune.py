@@ -347,7 +347,7 @@ def tune_mtsm_problem(problem: MtsmProblem, ceilings: dict, limit: int, arch: st
     kernel before this run, on this GPU and on the architecture's other GPU models,
     and ``refine`` rounds of their neighbours, or XLA where it measured faster;
     ``on_entry`` receives each range's entry as soon as it is known."""
-    specs = [MtsmSpec(problem, c) for c in mtsm_candidates(problem, limit)]
+    specs = [MtsmSpec(problem, c) for c in mtsm_candidates(problem, limit, arch)]
     ours, xla = bench.mtsm_operations(problem.transpose_a)
 
     def neighbours_of(spec: MtsmSpec) -> list[MtsmSpec]:

@@ -460,6 +460,10 @@ def test_default_configs_are_valid_and_emit():
         (dict(tile_n=4, rows_per_thread=4, lanes=64, chunk_rows=8, tf32x3=True), "needs mma"),
         (dict(tile_n=8, rows_per_thread=2, row_warps=4, k_steps=3, mma=True, tf32x3=True), "even k_steps"),
         (dict(tile_n=8, rows_per_thread=1, row_warps=4, k_steps=2, mma=True, tf32x3=True), "rows_per_thread"),
+        (dict(tile_n=8, rows_per_thread=2, row_warps=4, k_steps=8, mma=True, wgmma=True), "3xTF32"),
+        (dict(tile_n=8, rows_per_thread=2, row_warps=2, k_steps=8, mma=True, tf32x3=True, wgmma=True), "warpgroups"),
+        (dict(tile_n=8, rows_per_thread=2, row_warps=4, k_steps=32, mma=True, tf32x3=True, wgmma=True), "16 k-steps"),
+        (dict(tile_n=8, rows_per_thread=2, lanes=64, chunk_rows=8, wgmma=True), "needs mma"),
     ],
 )
 def test_invalid_configs_are_rejected(config, why):
@@ -500,6 +504,12 @@ def test_search_offers_valid_distinct_candidates(transpose_a, dtype, n):
                 with pytest.raises(mtsm_codegen.InvalidSpec):
                     mtsm_codegen.validate(mtsm_codegen.MtsmSpec(
                         problem, dataclasses.replace(moved, blocks_per_sm=moved.blocks_per_sm + 1)))
+
+
+def test_wgmma_candidates_are_offered_for_hopper_alone():
+    problem = mtsm_codegen.MtsmProblem(False, "float32", 32)
+    assert any(c.wgmma for c in search.mtsm_candidates(problem, 64))
+    assert not any(c.wgmma for c in search.mtsm_candidates(problem, 64, "sm_80"))
 
 
 def test_neighbours_double_the_chunk_at_the_blocks_per_sm_that_fit():
@@ -547,7 +557,7 @@ def compile_for_sm90(tmp_path, specs) -> tuple[str, subprocess.CompletedProcess]
     source = tmp_path / "mtsm.cu"
     source.write_text(mtsm_codegen.module_source(specs))
     result = subprocess.run(
-        [_kernels.nvcc(), "-cubin", "-arch=sm_90", "-O3", "-Xptxas", "-v", "-o", str(tmp_path / "mtsm.cubin"), str(source)],
+        [_kernels.nvcc(), "-cubin", *_kernels.target_flags(specs, "sm_90"), "-O3", "-Xptxas", "-v", "-o", str(tmp_path / "mtsm.cubin"), str(source)],
         capture_output=True, text=True,
     )
     return source.read_text(), result
@@ -579,6 +589,21 @@ def test_tf32_candidates_compile_without_spills(tmp_path, transpose_a, n):
     source, result = compile_for_sm90(tmp_path, specs)
     assert result.returncode == 0, result.stderr
     assert "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32" in source
+    assert result.stderr.count(" 0 bytes spill stores") == result.stderr.count("bytes spill stores") == 2 * len(specs)
+
+
+@pytest.mark.nvcc
+@pytest.mark.parametrize("transpose_a, n", [(False, 32), (True, 64), (False, 13)])
+def test_wgmma_candidates_compile_without_spills(tmp_path, transpose_a, n):
+    """The wgmma kernels the tuner would time for float32 (for sm_90a; the GPU tests
+    run them): each chunk's products as wgmma of the padded width, none on mma.sync."""
+    problem = mtsm_codegen.MtsmProblem(transpose_a, "float32", n)
+    specs = [mtsm_codegen.MtsmSpec(problem, c) for c in search.mtsm_candidates(problem, 12) if c.wgmma]
+    assert specs and all(spec.arch_specific for spec in specs)
+    source, result = compile_for_sm90(tmp_path, specs)
+    assert result.returncode == 0, result.stderr
+    assert f"wgmma.mma_async.sync.aligned.m64n{-(-n // 8) * 8}k8.f32.tf32.tf32" in source
+    assert not any("tsmm_mma_tf32(" in mtsm_codegen.kernel_source(spec) for spec in specs)
     assert result.stderr.count(" 0 bytes spill stores") == result.stderr.count("bytes spill stores") == 2 * len(specs)
 
 

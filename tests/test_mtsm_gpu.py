@@ -241,22 +241,38 @@ def test_search_candidates(transpose_a, dtype, n):
 @pytest.mark.parametrize("transpose_a", (False, True))
 @pytest.mark.parametrize("n", (8, 13, 40, 64))
 def test_tf32x3_kernels(transpose_a, n):
-    """float32 on the TF32 tensor cores (3xTF32): the search's best such kernels, on
-    ragged sizes with and without split K, within float32's error bound."""
+    """float32 on the TF32 tensor cores (3xTF32, mma.sync): the search's best such
+    kernels, on ragged sizes with and without split K, within float32's error bound."""
     problem = mtsm_codegen.MtsmProblem(transpose_a, "float32", n)
-    configs = [c for c in search.mtsm_candidates(problem, 64) if c.tf32x3][:2]
+    configs = [c for c in search.mtsm_candidates(problem, 64) if c.tf32x3 and not c.wgmma][:2]
     assert configs
     specs = [mtsm_codegen.MtsmSpec(problem, c) for c in configs]
     _run_all_forced(specs)
 
 
 @pytest.mark.parametrize("transpose_a", (False, True))
-def test_tf32x3_keeps_float32_accuracy_on_positive_data(transpose_a):
+@pytest.mark.parametrize("n", (8, 13, 32, 40, 64))
+def test_wgmma_kernels(transpose_a, n):
+    """3xTF32 on wgmma: the search's best kernels of each shape of warpgroups and
+    chunk, on ragged sizes with and without split K, within float32's error bound."""
+    problem = mtsm_codegen.MtsmProblem(transpose_a, "float32", n)
+    shapes = {}
+    for c in search.mtsm_candidates(problem, 64):
+        if c.wgmma:
+            shapes.setdefault((c.rows_per_thread, c.row_warps, c.k_steps), c)
+    assert shapes
+    _run_all_forced([mtsm_codegen.MtsmSpec(problem, c) for c in shapes.values()])
+
+
+@pytest.mark.parametrize("transpose_a", (False, True))
+@pytest.mark.parametrize("wgmma", (False, True))
+def test_tf32x3_keeps_float32_accuracy_on_positive_data(transpose_a, wgmma):
     """All-positive operands (no cancellation, so a biased rounding shows): the search's
-    best 3xTF32 kernel's largest error relative to |A| |X| stays within 4x that of
-    XLA's float32 dot at HIGHEST precision on the same operands."""
+    best 3xTF32 kernel (on mma.sync, or on wgmma) has its largest error relative to
+    |A| |X| within 4x that of XLA's float32 dot at HIGHEST precision on the same operands."""
     problem = mtsm_codegen.MtsmProblem(transpose_a, "float32", 40)
-    spec = mtsm_codegen.MtsmSpec(problem, next(c for c in search.mtsm_candidates(problem, 64) if c.tf32x3))
+    spec = mtsm_codegen.MtsmSpec(problem, next(c for c in search.mtsm_candidates(problem, 64)
+                                               if c.tf32x3 and c.wgmma == wgmma))
     rng = np.random.default_rng()
     m, k = 3 * spec.block_rows + 7, 200 * spec.chunk + 5
     a, x = operands(rng, "float32", m, k, problem.n, transpose_a)
