@@ -232,8 +232,9 @@ class MtsmSpec:
 
     @property
     def x_split_bytes(self) -> int:
-        """wgmma: X's chunk as the B operand, its TF32 parts and their remainders."""
-        return 2 * self.chunk * 8 * self.n_blocks * 4 if self.config.wgmma else 0
+        """wgmma: two buffers (by chunk parity) of X's chunk as the B operand, its TF32
+        parts and their remainders."""
+        return 2 * 2 * self.chunk * 8 * self.n_blocks * 4 if self.config.wgmma else 0
 
     @property
     def stage_bytes(self) -> int:
@@ -256,8 +257,8 @@ class MtsmSpec:
 
     def estimated_registers(self) -> int:
         p, c = self.problem, self.config
-        if c.wgmma:  # per tile D's total and two sums of a chunk; every k-step's split A fragments of a chunk
-            return self.wgmma_tiles * (3 * 4 * self.n_blocks + 8 * (self.chunk // 8)) + 40
+        if c.wgmma:  # per tile D's total and a chunk's two sums; its split A fragments, the next one's loads
+            return self.wgmma_tiles * (3 * 4 * self.n_blocks + 12 * (self.chunk // 8)) + 40
         if c.tf32x3:  # two floats of D per 8x8 block, summed and total; hi and lo of two k halves per fragment
             return 4 * c.rows_per_thread * self.n_blocks + 4 * (c.rows_per_thread + self.n_blocks) + 40
         if c.mma:  # two doubles of D per 8x8 block, one double per A and B fragment
@@ -938,12 +939,19 @@ def _emit_wgmma(spec: MtsmSpec, ar: _Arith) -> list[str]:
     from shared memory K-major only, is rewritten split into the B operand's core
     matrices once per block and chunk. A chunk's products start from zero in two
     sums per tile (hi x hi, and the correction terms), added to the totals once
-    the chunk is done: the tensor cores truncate their float32 sums."""
+    the chunk is done: the tensor cores truncate their float32 sums.
+
+    The products run asynchronously: a chunk's wgmma are in flight while the
+    block splits the next chunk of X into the other of two buffers (by the
+    chunk's parity) and loads the next A fragments, and are waited for only
+    before the next chunk's products. (Two sets of fragment registers chosen by
+    parity would have ptxas serialize every wgmma: the branches' joins move the
+    sums while the products are in flight.)"""
     p, c = spec.problem, spec.config
     e, n, vec, t = ar.elem, p.n, p.vector_elements, spec.threads
     n8, chunk, xs = 8 * spec.n_blocks, spec.chunk, spec.x_stride
     tiles, k8, regs = spec.wgmma_tiles, spec.chunk // 8, 4 * spec.n_blocks
-    split_floats = chunk * n8
+    split_floats = chunk * n8  # of the TF32 parts; as many remainders follow
     if p.transpose_a:
         a_fragment = lambda row, kk: f"sa[({kk}) * {spec.a_stride} + {row}]"  # noqa: E731
     else:
@@ -966,19 +974,22 @@ def _emit_wgmma(spec: MtsmSpec, ar: _Arith) -> list[str]:
         *[f"const int row{u}_{i} = (group * {tiles} + {u}) * 64 + tid / 32 % 4 * 16 + lane / 4 + {8 * i};"
           for u in range(tiles) for i in (0, 1)],
         "",
-        "// X's chunk as wgmma's B operand: K-major core matrices of 8 columns x 4 entries of K",
-        f"// (128 contiguous bytes), 128 bytes apart along K and {chunk * 32} along N; the remainders",
-        f"// {split_floats * 4} bytes after the TF32 parts.",
+        "// X's chunk as wgmma's B operand, in buffer (chunk parity): K-major core matrices of",
+        f"// 8 columns x 4 entries of K (128 contiguous bytes), 128 bytes apart along K and {chunk * 32}",
+        f"// along N; the remainders {split_floats * 4} bytes after the TF32 parts.",
         f"float* x_split = reinterpret_cast<float*>(tsmm_smem + {spec.x_split_offset});",
-        f"const unsigned long long x_hi = tsmm_wgmma_desc(x_split, 128, {chunk * 32});",
-        f"const unsigned long long x_lo = tsmm_wgmma_desc(x_split + {split_floats}, 128, {chunk * 32});",
+        *[f"const unsigned long long x_{part}{b} = tsmm_wgmma_desc(x_split + {(2 * b + q) * split_floats}, 128, "
+          f"{chunk * 32});" for b in (0, 1) for q, part in enumerate(("hi", "lo"))],
         "",
-        "// Per tile: the totals, and a chunk's two sums (hi x hi, and the corrections).",
+        "// Per tile: the totals, and a chunk's two sums (hi x hi, and the corrections), zero",
+        "// until the first chunk's products land in them.",
         *[f"float total{u}[{regs}] = {{}}, sum{u}[{regs}] = {{}}, fix{u}[{regs}] = {{}};" for u in range(tiles)],
         "",
     ]
     a_setup, a_copy = _a_copy(spec, ar, "row_base")
     body += a_setup
+    flush = [f"for (int r = 0; r < {regs}; ++r) total{u}[r] += sum{u}[r] + fix{u}[r];" for u in range(tiles)]
+
     fragments = [
         f"const tsmm_tf32_pair a{u}_{q}_{i}_{h} = tsmm_split_tf32("
         f"{a_fragment(f'row{u}_{i}', f'{8 * q + 4 * h} + frag_k')});"
@@ -999,25 +1010,32 @@ def _emit_wgmma(spec: MtsmSpec, ar: _Arith) -> list[str]:
         "(void)rows;  // whole chunks: the tail is zero-padded",
         f"const {e}* sa = slot_a(slot);",
         f"const {e}* sx = slot_x(slot);",
-        "// The split pass: each warp writes whole core matrices, reading 4 staged rows x 8",
-        "// columns of X (distinct banks at this row stride). Columns past N hold stale",
-        "// values, whose sums are never stored.",
+        "// The split pass, into the buffer the chunk before last read (its products are in),",
+        "// while the chunk before's products run:",
+        "// each warp writes whole core matrices, reading 4 staged rows x 8 columns of X",
+        "// (distinct banks at this row stride). Columns past N hold stale values, whose",
+        "// sums are never stored.",
+        f"float* x_now = x_split + step % 2 * {2 * split_floats};",
         f"for (int e = tid; e < {split_floats}; e += {t}) {{",
         f"  const int core = e / 32, k = core % {chunk // 4} * 4 + e % 4, col = core / {chunk // 4} * 8 + e % 32 / 4;",
         f"  const tsmm_tf32_pair part = tsmm_split_tf32(sx[k * {xs} + col]);",
-        "  x_split[e] = __uint_as_float(part.hi);",
-        f"  x_split[{split_floats} + e] = __uint_as_float(part.lo);",
+        "  x_now[e] = __uint_as_float(part.hi);",
+        f"  x_now[{split_floats} + e] = __uint_as_float(part.lo);",
         "}",
         "tsmm_fence_shared_for_bulk();  // the tensor cores read it through the async proxy",
         "__syncthreads();",
-        f"// Every k-step's A fragments of the chunk, split, then its {3 * k8 * tiles} wgmma at once.",
+        "const unsigned long long x_hi = step % 2 ? x_hi1 : x_hi0, x_lo = step % 2 ? x_lo1 : x_lo0;",
+        "// Every k-step's A fragments of the chunk, split, then (once the chunk before's products",
+        f"// are in, and added up) its {3 * k8 * tiles} wgmma, left in flight.",
         *fragments,
+        "tsmm_wgmma_wait<0>();",
+        *flush,
         "tsmm_wgmma_fence();",
         *products,
-        "tsmm_wgmma_commit_and_wait();",
-        *[f"for (int r = 0; r < {regs}; ++r) total{u}[r] += sum{u}[r] + fix{u}[r];" for u in range(tiles)],
+        "tsmm_wgmma_commit();",
     ]
     body += _pipeline(spec, a_copy + _x_copy(spec, ar, zero_tail=True), consume)
+    body += ["// The last chunk's products.", "tsmm_wgmma_wait<0>();", *flush]
     body += ["", "// Store the tiles: rows past M and columns past N are skipped."]
     for u in range(tiles):
         for j in range(spec.n_blocks):
@@ -1070,10 +1088,24 @@ def kernel_source(spec: MtsmSpec) -> str:
     return "\n".join(lines)
 
 
+_WGMMA_IN_FLIGHT = """\
+// wgmma left in flight (MtsmConfig.wgmma): `commit` closes a group of this
+// warpgroup's products, `wait<N>` returns once at most N groups are still running.
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+__device__ __forceinline__ void tsmm_wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void tsmm_wgmma_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;" :: "n"(N) : "memory");
+}
+#endif
+"""
+
+
 def module_source(specs: list[MtsmSpec]) -> str:
     """A self-contained translation unit (no includes) with the kernels of ``specs``."""
     wgmma_widths = sorted({8 * spec.n_blocks for spec in specs if spec.config.wgmma})
     return "\n".join(["// Generated by jax_tsmm's codegen (mtsm); do not edit.", PRELUDE, _STAGE_COPY, ARGS_STRUCT]
+                     + ([_WGMMA_IN_FLIGHT] if wgmma_widths else [])
                      + [_wgmma_tf32(n, accumulate) for n in wgmma_widths for accumulate in (True, False)]
                      + [kernel_source(spec) for spec in specs])
 

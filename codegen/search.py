@@ -572,8 +572,8 @@ def mtsm_candidates(problem: MtsmProblem, limit: int = 12, arch: str = "sm_90") 
 
     def shape(config: MtsmConfig) -> tuple:
         segment = 0 if problem.transpose_a else MtsmSpec(problem, config).chunk  # A X: a row's share of a chunk
-        return (config.mma, config.tf32x3, config.wgmma, config.tile_n, config.rows_per_thread, config.lanes, config.row_warps,
-                config.k_groups, segment)
+        return (config.mma, config.tf32x3, config.wgmma, config.tile_n, config.rows_per_thread, config.lanes,
+                config.row_warps, config.k_groups, segment)
 
     default = mtsm.default_config(problem)
     firsts, seconds, seen = [default], [], {shape(default)}
