@@ -257,8 +257,8 @@ class MtsmSpec:
 
     def estimated_registers(self) -> int:
         p, c = self.problem, self.config
-        if c.wgmma:  # per tile D's total and a chunk's two sums; its split A fragments, the next one's loads
-            return self.wgmma_tiles * (3 * 4 * self.n_blocks + 12 * (self.chunk // 8)) + 40
+        if c.wgmma:  # per tile D's total and a chunk's two sums, its split A fragments (and their loads)
+            return self.wgmma_tiles * (3 * 4 * self.n_blocks + 10 * (self.chunk // 8)) + 80
         if c.tf32x3:  # two floats of D per 8x8 block, summed and total; hi and lo of two k halves per fragment
             return 4 * c.rows_per_thread * self.n_blocks + 4 * (c.rows_per_thread + self.n_blocks) + 40
         if c.mma:  # two doubles of D per 8x8 block, one double per A and B fragment
@@ -942,11 +942,13 @@ def _emit_wgmma(spec: MtsmSpec, ar: _Arith) -> list[str]:
     the chunk is done: the tensor cores truncate their float32 sums.
 
     The products run asynchronously: a chunk's wgmma are in flight while the
-    block splits the next chunk of X into the other of two buffers (by the
-    chunk's parity) and loads the next A fragments, and are waited for only
-    before the next chunk's products. (Two sets of fragment registers chosen by
-    parity would have ptxas serialize every wgmma: the branches' joins move the
-    sums while the products are in flight.)"""
+    block passes the ring's barrier, issues its copies and splits the next chunk
+    of X into the other of two buffers (by the chunk's parity); they are waited
+    for before the next A fragments are loaded. wgmma reads its A registers until
+    it completes, and ptxas does not keep them from reuse: fragments loaded
+    before the wait gave wrong sums (H100, 2026-11-27), and two sets of them
+    chosen by parity have ptxas serialize every wgmma (the branches' joins move
+    the sums while the products are in flight)."""
     p, c = spec.problem, spec.config
     e, n, vec, t = ar.elem, p.n, p.vector_elements, spec.threads
     n8, chunk, xs = 8 * spec.n_blocks, spec.chunk, spec.x_stride
@@ -1025,11 +1027,12 @@ def _emit_wgmma(spec: MtsmSpec, ar: _Arith) -> list[str]:
         "tsmm_fence_shared_for_bulk();  // the tensor cores read it through the async proxy",
         "__syncthreads();",
         "const unsigned long long x_hi = step % 2 ? x_hi1 : x_hi0, x_lo = step % 2 ? x_lo1 : x_lo0;",
-        "// Every k-step's A fragments of the chunk, split, then (once the chunk before's products",
-        f"// are in, and added up) its {3 * k8 * tiles} wgmma, left in flight.",
-        *fragments,
+        "// The chunk before's products are in (and added up) before this chunk's fragments take",
+        f"// the registers they read; then every k-step's A fragments, split, and {3 * k8 * tiles} wgmma,",
+        "// left in flight.",
         "tsmm_wgmma_wait<0>();",
         *flush,
+        *fragments,
         "tsmm_wgmma_fence();",
         *products,
         "tsmm_wgmma_commit();",

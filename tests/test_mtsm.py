@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import json
 import re
 import subprocess
 
@@ -21,7 +22,7 @@ from jax import lax
 from jax.test_util import check_grads
 
 import jax_tsmm
-from jax_tsmm import _kernels
+from jax_tsmm import _dispatch, _kernels
 from jax_tsmm._mtsm import mtsm_p
 from jax_tsmm._mtsm import select as mtsm_select
 from jax_tsmm.codegen import mtsm as mtsm_codegen
@@ -504,6 +505,22 @@ def test_search_offers_valid_distinct_candidates(transpose_a, dtype, n):
                 with pytest.raises(mtsm_codegen.InvalidSpec):
                     mtsm_codegen.validate(mtsm_codegen.MtsmSpec(
                         problem, dataclasses.replace(moved, blocks_per_sm=moved.blocks_per_sm + 1)))
+
+
+def test_shipped_mtsm_kernels_are_valid():
+    """Every mtsm kernel the shipped tuning databases choose is valid as the
+    generator stands (a configuration whose code changed is re-timed, not kept)."""
+    checked = 0
+    for path in sorted(_dispatch.TUNING_DIR.glob("*.json")):
+        for key, entries in json.loads(path.read_text())["entries"].items():
+            op, dtype, n = key.split(":")
+            if op in ("mtsm", "mtsm_t"):
+                problem = mtsm_codegen.MtsmProblem(op == "mtsm_t", dtype, int(n.removeprefix("n")))
+                for entry in entries:
+                    if entry["config"] is not None:
+                        mtsm_codegen.validate(mtsm_codegen.MtsmSpec(problem, mtsm_codegen.MtsmConfig(**entry["config"])))
+                        checked += 1
+    assert checked
 
 
 def test_wgmma_candidates_are_offered_for_hopper_alone():
