@@ -1,6 +1,7 @@
 """A sample of kernels for compute-sanitizer: each op and dtype, odd and even
 shapes, ragged K, broadcast batches, the tensor-core paths (float32 too),
-complex products through their real view and the fused update. Checks results too, so a run that passes the sanitizer but computes
+complex products through their real view, the fused update and mtsm on the tensor
+cores. Checks results too, so a run that passes the sanitizer but computes
 garbage still fails. Dispatch follows the model (no tuning database), so every
 case runs a kernel."""
 
@@ -11,7 +12,7 @@ import numpy as np
 
 import jax_tsmm
 from jax_tsmm import _cuda, _dispatch
-from jax_tsmm.codegen import Config, KernelSpec, Problem
+from jax_tsmm.codegen import Config, KernelSpec, MtsmProblem, MtsmSpec, Problem, search
 from jax_tsmm.codegen.spec import has_wgmma
 
 jax.config.update("jax_enable_x64", True)
@@ -121,5 +122,24 @@ for op, (m, n), dtype, config in BULK_CASES:
     err = np.abs(np.asarray(got) - want).max() / np.abs(want).max()
     print(f"{op} {dtype} {m}x{n} K=1001 ({config.mapping}, {config.stage_copy}): relative error {err:.1e}", flush=True)
     assert err < (1e-12 if dtype in ("float64", "complex128") else 1e-4), err
+
+# mtsm on the tensor cores: 3xTF32 on mma.sync, and on wgmma (sm_90a) with a chunk's products in flight
+# while the block splits the next chunk of X; both layouts, M off the row blocks, K off the chunks and
+# split over blocks (the finalize).
+for transpose_a, n in ((False, 32), (True, 13)):
+    problem = MtsmProblem(transpose_a, "float32", n)
+    configs = search.mtsm_candidates(problem, 64, _cuda.arch())
+    for config in [next(c for c in configs if c.tf32x3 and not c.wgmma)] + [c for c in configs if c.wgmma][:1]:
+        spec = MtsmSpec(problem, config)
+        m, k = 2 * spec.block_rows + 5, 20 * spec.chunk + 3
+        a = random((k, m) if transpose_a else (m, k), "float32")
+        x = random((k, n), "float32")
+        with _dispatch.forced(spec):
+            got = jax_tsmm.mtsm(a, x, transpose_a=transpose_a)
+        want = (a.T if transpose_a else a).astype(np.float64) @ x
+        err = np.abs(np.asarray(got) - want).max() / np.abs(want).max()
+        print(f"mtsm transpose_a={transpose_a} float32 {m}x{n} K={k} (wgmma={config.wgmma}): relative error {err:.1e}",
+              flush=True)
+        assert err < 1e-4, err
 
 print("sample done")
