@@ -150,15 +150,14 @@ def time_candidates(specs: list, incumbent, ours, xla, sets: list[tuple], roof: 
     search does not offer (so a new entry beats it in the same run rather than a
     lucky figure of another day); then ``refine`` rounds of local search time the
     untried ``neighbours_of(spec)`` of the fastest so far, stopping early once a
-    round finds nothing faster. A kernel whose result on the first operand set is not
-    XLA's (``agrees_with_xla``) is left out. ``updates_last``: each call updates its
+    round finds nothing faster. A kernel that does not compile, or whose result on
+    the first operand set is not XLA's (``agrees_with_xla``), is left out. ``updates_last``: each call updates its
     last operand in place, as ab's fused update runs in a solver and in the bench."""
     timings, wrong = [], []
     want = jax.jit(xla)(*sets[0])
 
     def time_all(trial: list) -> None:
-        _kernels.precompile(trial, arch)
-        for spec in trial:
+        for spec in _kernels.compilable(trial, arch):
             with _dispatch.forced(spec):  # each timing traces a fresh jitted loop
                 if not agrees_with_xla(ours, sets[0], want):
                     wrong.append(spec)

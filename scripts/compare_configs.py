@@ -22,8 +22,6 @@ import argparse
 import dataclasses
 import itertools
 import json
-import os
-from concurrent.futures import ThreadPoolExecutor
 
 import jax
 import numpy as np
@@ -41,20 +39,6 @@ def _parse_vary(text: str) -> tuple[str, list]:
     kind = {f.name: f.type for cls in (MtsmConfig, Config) for f in dataclasses.fields(cls)}[field]
     parse = {"bool": lambda v: v.lower() in ("1", "true", "yes"), "int": int, "str": str}[kind]
     return field, [parse(v) for v in values.split(",")]
-
-
-def _compiled(specs: list) -> list:
-    """The specs that compile (in parallel); the others are reported and skipped."""
-    def compiles(spec) -> bool:
-        try:
-            _kernels.compile_module([spec], _cuda.arch())
-            return True
-        except _kernels.KernelBuildError as error:
-            print(f"{spec.name}: does not compile: {str(error).splitlines()[-2:]}", flush=True)
-            return False
-
-    with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
-        return [spec for spec, ok in zip(specs, pool.map(compiles, specs)) if ok]
 
 
 def _tsmm_shape(shape: str, args, ceilings: dict):
@@ -133,7 +117,7 @@ def main() -> None:
                 specs.append(spec_of(config))
             except InvalidSpec as error:
                 print(f"{shape} {values}: invalid: {error}", flush=True)
-        specs = _compiled(specs)
+        specs = _kernels.compilable(specs, _cuda.arch())
         xla_s = bench.seconds_per_call(xla, sets, roof, updates_last=in_place)
         for spec in specs:
             with _dispatch.forced(spec):

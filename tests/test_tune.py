@@ -462,6 +462,23 @@ def test_a_result_other_than_xlas_is_told_apart_from_rounding():
 
 
 @pytest.mark.nvcc
+@pytest.mark.nvcc
+def test_a_candidate_that_does_not_compile_is_left_out(monkeypatch, capsys):
+    """A configuration within the validated limits that ptxas rejects (an H100 tune of
+    float32 atb 13x13, 2026-11-27: 544 threads at 2 blocks per SM leave 56
+    registers, too few for DMMA's m16n8k4) is reported and left out; the tuning
+    goes on."""
+    monkeypatch.setattr(tune, "K_RANGES", ((0, 300),))
+    problem = Problem("atb", "float32", 13, 13)
+    rejected = Config(tile_m=1, tile_n=2, mapping="blocked", row_groups=8, rows_per_stage=512, stages=2, unroll=2,
+                      mma=True, stage_copy="bulk", lone_transposed=True, blocks_per_sm=2)
+    validate(KernelSpec(problem, rejected))
+    monkeypatch.setattr(tune, "neighbours", lambda *_: [rejected])
+    (entry,) = tune.tune_problem(problem, CEILINGS, limit=2, arch="sm_90", refine=1)
+    assert f"does not compile, left out: {KernelSpec(problem, rejected).name}" in capsys.readouterr().out
+    assert entry["candidates"] >= 2 and entry["config"] != dataclasses.asdict(rejected)
+
+
 def test_a_kernel_with_a_wrong_result_is_left_out(monkeypatch):
     """A candidate whose result is not XLA's is never timed; with none left, XLA's dot
     serves the range."""
