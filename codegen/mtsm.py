@@ -24,9 +24,9 @@ bind the FMA units; float32 is widened to double (exactly) on the way from
 shared memory to the fragments, and the sums are rounded once at the end.
 ``tf32x3`` (float32 with ``mma``): the TF32 tensor cores instead (mma.sync
 m16n8k8, 3xTF32 as in atb and ab), on the same staged layouts. ``wgmma``
-(with ``tf32x3``, sm_90a): the same products as Hopper's warpgroup MMA, which
-issues twice mma.sync's tensor work per SM; each block splits X's chunk into
-the B operand's layout once for all its warpgroups.
+(with ``tf32x3``, sm_90a): the same products as Hopper's warpgroup MMA, whose
+TF32 rate is half again mma.sync's; each block splits X's chunk into the B
+operand's layout once for all its warpgroups.
 
 All: when rows/strips alone give too few blocks for the GPU, K is split over
 ``gridDim.y`` (decided by the lowering); each split writes its partial result
@@ -124,9 +124,10 @@ class MtsmConfig:
                      rows_per_thread blocks of 8 rows as halves of its 16 rows in
                      rows_per_thread / 2 tiles of 64 rows; X's chunk goes from its
                      staged rows into the B operand's core matrices, split, once
-                     per block. mma.sync's TF32 products bound the float32 A X
-                     kernels from N = 32 (about 150 TFLOP/s of tensor work on an
-                     H100 at N = 64, where the read asks for twice that).
+                     per block. On an H100 it won Aᵀ X at N = 16 and lost to the
+                     mma.sync kernels at A X 32 and 64, where its split pass and
+                     barriers per chunk leave few warps eligible (performance.md,
+                     forty-second round).
     """
 
     tile_n: int

@@ -462,8 +462,9 @@ MTSM_IN_FLIGHT_BYTES = 64 * 1024  # per SM, to cover DRAM latency at an H200's b
 # 3xTF32 ahead of float32's DMMA, whose widening conversions cost as much pipe time
 # as its products (atb's and ab's _mma_candidates rank it the same way).
 MTSM_TF32_BONUS = 1.5
-# wgmma issues twice mma.sync's tensor work per SM, which bounds the 3xTF32 A X
-# kernels from N = 32 (MtsmConfig.wgmma).
+# wgmma (MtsmConfig.wgmma) ahead of mma.sync, whose TF32 products run at two thirds
+# of its rate (H200, scripts/probe_tf32.py), so that the tuner times both: on an
+# H100 it won float32 Aᵀ X 16 and lost A X 32 and 64 (performance.md, forty-second round).
 MTSM_WGMMA_BONUS = 2.0
 
 

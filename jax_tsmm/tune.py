@@ -151,8 +151,9 @@ def time_candidates(specs: list, incumbent, ours, xla, sets: list[tuple], roof: 
     lucky figure of another day); then ``refine`` rounds of local search time the
     untried ``neighbours_of(spec)`` of the fastest so far, stopping early once a
     round finds nothing faster. A kernel that does not compile, or whose result on
-    the first operand set is not XLA's (``agrees_with_xla``), is left out. ``updates_last``: each call updates its
-    last operand in place, as ab's fused update runs in a solver and in the bench."""
+    the first operand set is not XLA's (``agrees_with_xla``), is left out.
+    ``updates_last``: each call updates its last operand in place, as ab's fused
+    update runs in a solver and in the bench."""
     timings, wrong = [], []
     want = jax.jit(xla)(*sets[0])
 
