@@ -153,6 +153,25 @@ def test_invalid_specs_are_rejected_with_a_reason(change, reason):
     assert str(error.value).startswith(f"{spec.name}: ")  # the message names the kernel
 
 
+@pytest.mark.nvcc
+def test_tensor_core_kernels_keep_the_registers_ptxas_needs(tmp_path):
+    """DMMA's m16n8k4 compiles in 64 registers a thread but not in 56 (nvcc 13.0):
+    the register estimate of a tensor-core kernel never promises fewer, so the
+    search no longer offers 544 threads at 2 blocks per SM (56 each), the
+    neighbour of an H100 tune's float32 atb 13x13 winner that ptxas rejected
+    (2026-11-27), while 480 (64 each) fit and compile."""
+    problem = Problem("atb", "float32", 13, 13)
+    winner = Config(tile_m=1, tile_n=2, mapping="blocked", row_groups=8, rows_per_stage=512, stages=2, unroll=2,
+                    mma=True, stage_copy="bulk", lone_transposed=True, blocks_per_sm=1)
+    rejected = dataclasses.replace(winner, blocks_per_sm=2)
+    assert not occupancy_ok(KernelSpec(problem, rejected))
+    assert rejected not in neighbours(problem, winner, "sm_90")
+    fits = KernelSpec(problem, dataclasses.replace(rejected, row_groups=7, rows_per_stage=448))
+    assert occupancy_ok(fits)
+    validate(fits)
+    _nvcc_compile([fits], tmp_path)
+
+
 @pytest.mark.parametrize("problem, change", [
     (Problem("atb", "float64", 4, 4), {}),
     (Problem("ab", "float64", 17, 4), {}),
