@@ -469,22 +469,21 @@ def test_a_candidate_that_does_not_compile_is_left_out(monkeypatch, capsys):
     register estimate learnt its floor) is reported and left out; the tuning goes on."""
     monkeypatch.setattr(tune, "K_RANGES", ((0, 300),))
     problem = Problem("atb", "float64", 5, 5)
-    rejected = []
+    first = tune.candidates(problem, 2, "sm_90")[0]
+    rejected = dataclasses.replace(first, stages=first.stages + 1)
+    rejected_name = KernelSpec(problem, rejected).name
     compile_module = tune._kernels.compile_module
 
-    def failing_neighbours(specs, arch):
-        if rejected and specs[0].name == rejected[0]:
+    def compile_or_reject(specs, arch):
+        if specs[0].name == rejected_name:
             raise tune._kernels.KernelBuildError("ptxas error   : cannot be compiled\nptxas fatal   : aborted")
         return compile_module(specs, arch)
 
-    monkeypatch.setattr(tune._kernels, "compile_module", failing_neighbours)
-    monkeypatch.setattr(tune, "neighbours", lambda problem, config, arch: rejected_configs)
-    first = tune.candidates(problem, 2, "sm_90")[0]
-    rejected_configs = [dataclasses.replace(first, stages=first.stages + 1)]
-    rejected.append(KernelSpec(problem, rejected_configs[0]).name)
+    monkeypatch.setattr(tune._kernels, "compile_module", compile_or_reject)
+    monkeypatch.setattr(tune, "neighbours", lambda *_: [rejected])
     (entry,) = tune.tune_problem(problem, CEILINGS, limit=2, arch="sm_90", refine=1)
-    assert f"does not compile, left out: {rejected[0]}" in capsys.readouterr().out
-    assert entry["candidates"] >= 2 and entry["config"] != dataclasses.asdict(rejected_configs[0])
+    assert f"does not compile, left out: {rejected_name}" in capsys.readouterr().out
+    assert entry["candidates"] >= 2 and entry["config"] != dataclasses.asdict(rejected)
 
 
 def test_a_kernel_with_a_wrong_result_is_left_out(monkeypatch):
