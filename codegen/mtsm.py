@@ -548,6 +548,8 @@ def _prologue(spec: MtsmSpec, ar: _Arith) -> list[str]:
         "// 16-byte copies need 16-byte aligned rows: a whole number of vectors per row",
         "// and an aligned base (batch items of odd size break it); else element copies.",
         *(["const bool x_vectors = tsmm_misalignment(x) == 0;"] if p.n % p.vector_elements == 0 else []),
+        f"const bool a_vectors = args.{'m' if p.transpose_a else 'k'} % {p.vector_elements} == 0 "
+        "&& tsmm_misalignment(a) == 0;",
     ]
 
 
@@ -730,7 +732,6 @@ def _emit_transposed(spec: MtsmSpec, ar: _Arith) -> list[str]:
     cols, tn, w = c.rows_per_thread, c.tile_n, spec.block_rows
     ragged_n = spec.n_groups * tn > n
     body = _prologue(spec, ar) + [
-        f"const bool a_vectors = args.m % {vec} == 0 && tsmm_misalignment(a) == 0;",
         "",
         f"// Thread place: columns strip0 + lane*{cols} .. +{cols} of A (rows of out) times",
         f"// columns n_group*{tn} .. +{tn} of X. A warp shares its n group, so X reads broadcast.",
@@ -783,7 +784,6 @@ def _emit_plain(spec: MtsmSpec, ar: _Arith) -> list[str]:
     ragged_n = spec.n_groups * tn > n
     k_per_group = c.k_steps * vec
     body = _prologue(spec, ar) + [
-        f"const bool a_vectors = args.k % {vec} == 0 && tsmm_misalignment(a) == 0;",
         "",
         f"// Thread place: rows lane + 32*(row_warp + {c.row_warps}*i) of the block's {br}, columns",
         f"// n_group*{tn} .. +{tn} of X, and the chunk's K entries k_group*{k_per_group} .. +{k_per_group}.",
@@ -858,11 +858,10 @@ def _emit_mma(spec: MtsmSpec, ar: _Arith) -> list[str]:
     p, c = spec.problem, spec.config
     tf32 = c.tf32x3
     e = ar.elem
-    vec, n = p.vector_elements, p.n
+    n = p.n
     tm, nb, br = c.rows_per_thread, spec.n_blocks, spec.block_rows
     sa_stride, xs = spec.a_stride, spec.x_stride
     body = _prologue(spec, ar) + [
-        f"const bool a_vectors = args.{'m' if p.transpose_a else 'k'} % {vec} == 0 && tsmm_misalignment(a) == 0;",
         "",
         f"// Thread place: warp `warp_m` owns blocks warp_m*{tm} .. +{tm} of 8 rows of the",
         f"// block's {br} times all {nb} blocks of 8 columns of N, over the whole chunk.",
@@ -950,8 +949,8 @@ def _emit_wgmma(spec: MtsmSpec, ar: _Arith) -> list[str]:
     before the wait gave wrong sums (H100, 2026-11-27), and two sets of them
     chosen by parity have ptxas serialize every wgmma (the branches' joins move
     the sums while the products are in flight)."""
-    p, c = spec.problem, spec.config
-    e, n, vec, t = ar.elem, p.n, p.vector_elements, spec.threads
+    p = spec.problem
+    e, n, t = ar.elem, p.n, spec.threads
     n8, chunk, xs = 8 * spec.n_blocks, spec.chunk, spec.x_stride
     tiles, k8, regs = spec.wgmma_tiles, spec.chunk // 8, 4 * spec.n_blocks
     split_floats = chunk * n8  # of the TF32 parts; as many remainders follow
@@ -964,7 +963,6 @@ def _emit_wgmma(spec: MtsmSpec, ar: _Arith) -> list[str]:
         '#error "MtsmConfig.wgmma needs sm_90a (wgmma)"',
         "#endif",
         *_prologue(spec, ar),
-        f"const bool a_vectors = args.{'m' if p.transpose_a else 'k'} % {vec} == 0 && tsmm_misalignment(a) == 0;",
         "",
         f"// Thread place: warpgroup `group` owns tiles group*{tiles} .. +{tiles} of 64 of the block's",
         f"// {spec.block_rows} rows; a warp takes 16 rows of each tile, as wgmma's A operand in",
