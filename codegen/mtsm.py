@@ -29,12 +29,9 @@ TF32 rate is half again mma.sync's; each block splits X's chunk into the B
 operand's layout once for all its warpgroups.
 
 All: when rows/strips alone give too few blocks for the GPU, K is split over
-``gridDim.y`` (decided by the lowering). With ``cluster_reduce`` and at most
-``MAX_CLUSTER_SPLITS`` splits on sm_90 or later, the splits of a block's rows run
-as one thread block cluster and add their partial tiles through distributed
-shared memory; otherwise each split writes its partial result to global memory
-and ``<name>_finalize`` adds the splits. Either way in split order
-(deterministic, no atomics, and bitwise the same sums). ``gridDim.z`` is the batch item. M and K are run-time values, so one
+``gridDim.y`` (decided by the lowering); each split writes its partial result
+and ``<name>_finalize`` adds the splits in a fixed order (deterministic, no
+atomics). ``gridDim.z`` is the batch item. M and K are run-time values, so one
 kernel serves every size for a given (transpose_a, dtype, N, conj).
 """
 
@@ -131,10 +128,6 @@ class MtsmConfig:
                      mma.sync kernels at A X 32 and 64, where its split pass and
                      barriers per chunk leave few warps eligible (performance.md,
                      forty-second round).
-    cluster_reduce   where K is split 2..MAX_CLUSTER_SPLITS ways on sm_90 or later, the
-                     splits of a block's rows run as one thread block cluster and add
-                     their partial tiles in distributed shared memory: no partials in
-                     global memory and no finalize launch (splits()).
     """
 
     tile_n: int
@@ -149,7 +142,6 @@ class MtsmConfig:
     mma: bool = False
     tf32x3: bool = False
     wgmma: bool = False
-    cluster_reduce: bool = True
 
 
 @dataclass(frozen=True)
@@ -257,24 +249,12 @@ class MtsmSpec:
         return (self.config.k_groups - 1) * self.block_rows * self.x_stride * self.problem.element_bytes
 
     @property
-    def tile_offset(self) -> int:
-        """cluster_reduce: where the block's partial tile of out (block_rows x N, dense)
-        starts in shared memory, past the block-local reduction's tiles."""
-        return _round_up(self.reduction_bytes, 16)
-
-    @property
-    def tile_bytes(self) -> int:
-        return self.block_rows * self.problem.n * self.problem.element_bytes if self.config.cluster_reduce else 0
-
-    @property
     def shared_bytes(self) -> int:
-        """The stage ring, reused for the block-local reduction and then the partial
-        tile once drained; wgmma's split X after it."""
+        """The stage ring, reused for the block-local reduction once drained; wgmma's
+        split X after it."""
         if self.config.wgmma:
-            ring = self.x_split_offset + self.x_split_bytes
-        else:
-            ring = max(self.config.stages * self.stage_bytes, self.reduction_bytes)
-        return max(ring, self.tile_offset + self.tile_bytes)
+            return self.x_split_offset + self.x_split_bytes
+        return max(self.config.stages * self.stage_bytes, self.reduction_bytes)
 
     def estimated_registers(self) -> int:
         p, c = self.problem, self.config
@@ -495,24 +475,16 @@ def fma_utilization(problem: MtsmProblem) -> float:
 
 PIPELINE_FILL_CHUNKS = 1  # a block's start (first loads in flight), in chunks of streaming
 FINALIZE_CHUNKS = 1  # the finalize launch
-MAX_CLUSTER_SPLITS = 8  # the portable thread block cluster size
 
 
-def clustered(spec: MtsmSpec, splits: int, arch: str) -> bool:
-    """Whether ``splits`` splits of K add up in a thread block cluster (cluster_reduce)
-    on ``arch`` ("sm_90": clusters need sm_90 or later)."""
-    return (spec.config.cluster_reduce and 2 <= splits <= MAX_CLUSTER_SPLITS
-            and int(arch.removeprefix("sm_").rstrip("a")) >= 90)
-
-
-def splits(spec: MtsmSpec, m: int, k: int, batch: int, multiprocessors: int, arch: str) -> int:
+def splits(spec: MtsmSpec, m: int, k: int, batch: int, multiprocessors: int) -> int:
     """Blocks along K (gridDim.y) for an (m, k) problem with ``batch`` items.
 
     Time model, in chunk times of one block: the blocks run in waves of
     ``multiprocessors * blocks_per_sm`` slots, each block streams its chunks
-    after a pipeline fill; a split outside a cluster adds the finalize launch and
-    2 s N elements of partial-sum traffic per row of out against K elements of A.
-    The best s up to the number of chunks wins (the smallest among equals)."""
+    after a pipeline fill; a split adds the finalize launch and 2 s N elements
+    of partial-sum traffic per row of out against K elements of A. The best s up
+    to the number of chunks wins (the smallest among equals)."""
     blocks = _ceil_div(m, spec.block_rows) * batch
     slots = multiprocessors * spec.config.blocks_per_sm
     chunks = _ceil_div(k, spec.chunk)
@@ -520,10 +492,8 @@ def splits(spec: MtsmSpec, m: int, k: int, batch: int, multiprocessors: int, arc
 
     def cost(s: int) -> float:
         waves = _ceil_div(blocks * s, slots)
-        time = waves * (_ceil_div(chunks, s) + PIPELINE_FILL_CHUNKS)
-        if s == 1 or clustered(spec, s, arch):  # out written once, no finalize
-            return time / ideal + 2 * spec.problem.n / k
-        return (time + FINALIZE_CHUNKS) / ideal + 2 * s * spec.problem.n / k
+        time = waves * (_ceil_div(chunks, s) + PIPELINE_FILL_CHUNKS) + (FINALIZE_CHUNKS if s > 1 else 0)
+        return time / ideal + 2 * s * spec.problem.n / k
 
     return min(range(1, max(1, min(chunks, 4 * slots)) + 1), key=lambda s: (cost(s), s))
 
@@ -564,9 +534,10 @@ def _prologue(spec: MtsmSpec, ar: _Arith) -> list[str]:
         "// Work split: blockIdx.x = block of out's rows, blockIdx.y = split of K,",
         "// blockIdx.z = batch item. Split y covers chunks chunk_begin .. + chunks_per_split.",
         "const long long item = blockIdx.z;",
-        f"const long long row_base = static_cast<long long>(blockIdx.x) * {spec.block_rows};  // of out",
         f"const {e}* __restrict__ a = static_cast<const {e}*>(args.a) + item * args.a_batch_stride;",
         f"const {e}* __restrict__ x = static_cast<const {e}*>(args.x) + item * args.x_batch_stride;",
+        f"{e}* __restrict__ dst = (gridDim.y == 1 ? static_cast<{e}*>(args.out)",
+        f"    : static_cast<{e}*>(args.partials) + blockIdx.y * args.batch * args.m * {p.n}) + item * args.m * {p.n};",
         f"const long long num_chunks = (args.k + {spec.chunk} - 1) / {spec.chunk};",
         "const long long chunk_begin = blockIdx.y * args.chunks_per_split;",
         "const long long my_chunks = max(0LL, min(num_chunks, chunk_begin + args.chunks_per_split) - chunk_begin);",
@@ -579,56 +550,6 @@ def _prologue(spec: MtsmSpec, ar: _Arith) -> list[str]:
         *(["const bool x_vectors = tsmm_misalignment(x) == 0;"] if p.n % p.vector_elements == 0 else []),
         f"const bool a_vectors = args.{'m' if p.transpose_a else 'k'} % {p.vector_elements} == 0 "
         "&& tsmm_misalignment(a) == 0;",
-    ]
-
-
-def _tile_target(spec: MtsmSpec, ar: _Arith) -> list[str]:
-    """`dst`, where the block's rows of out go (row 0 = row_base, N elements a row)."""
-    e, n = ar.elem, spec.problem.n
-    rows = [f"(gridDim.y == 1 ? static_cast<{e}*>(args.out)",
-            f"    : static_cast<{e}*>(args.partials) + blockIdx.y * args.batch * args.m * {n}) + (item * args.m + row_base) * {n};"]
-    if not spec.config.cluster_reduce:
-        return ["// The block's rows of out: out itself, or the split's partial sums.", f"{e}* dst = " + rows[0], rows[1]]
-    return [
-        "// The block's rows of out: out itself, or the split's partial sums; in a cluster of",
-        "// the splits, this block's shared memory (added up across the cluster at the end).",
-        "const bool clustered = tsmm_cluster_blocks() > 1;",
-        f"{e}* dst = clustered ? reinterpret_cast<{e}*>(tsmm_smem + {spec.tile_offset})",
-        "    : " + rows[0],
-        "  " + rows[1],
-    ]
-
-
-CLUSTER_LOADS = 4  # elements a thread adds up at once: a split's loads in flight together
-
-
-def _cluster_reduce(spec: MtsmSpec, ar: _Arith) -> list[str]:
-    """cluster_reduce: the splits of the block's rows add their tiles in split order."""
-    e, n, t, loads = ar.elem, spec.problem.n, spec.threads, CLUSTER_LOADS
-    return [
-        "",
-        "// Split K in one cluster: every split's tile in its shared memory, each block adds",
-        "// a share of the tile's elements over the splits in split order (the finalize's",
-        f"// order, so bitwise the same sums) straight into out, {loads} elements at a time so",
-        "// that a split's loads are in flight together. The second barrier keeps every tile",
-        "// in place until all are read.",
-        "if (clustered) {",
-        "  tsmm_cluster_sync();",
-        f"  const int elements = static_cast<int>(min(static_cast<long long>({spec.block_rows}), args.m - row_base)) * {n};",
-        f"  {e}* out = static_cast<{e}*>(args.out) + (item * args.m + row_base) * {n};",
-        f"  for (int first = blockIdx.y * {t} + tid; first < elements; first += {loads} * gridDim.y * {t}) {{",
-        "    const int element0 = first;",
-        *[f"    const int element{j} = first + {j} * gridDim.y * {t};" for j in range(1, loads)],
-        *[f"    {e} sum{j} = element{j} < elements ? tsmm_cluster_load(dst + element{j}, 0) : {ar.zero()};"
-          for j in range(loads)],
-        "    for (unsigned split = 1; split < gridDim.y; ++split) {",
-        *[f"      if (element{j} < elements) sum{j} = {ar.add(f'sum{j}', f'tsmm_cluster_load(dst + element{j}, split)')};"
-          for j in range(loads)],
-        "    }",
-        *[f"    if (element{j} < elements) out[element{j}] = sum{j};" for j in range(loads)],
-        "  }",
-        "  tsmm_cluster_sync();",
-        "}",
     ]
 
 
@@ -812,8 +733,9 @@ def _emit_transposed(spec: MtsmSpec, ar: _Arith) -> list[str]:
     ragged_n = spec.n_groups * tn > n
     body = _prologue(spec, ar) + [
         "",
-        f"// Thread place: columns row_base + lane*{cols} .. +{cols} of A (rows of out) times",
+        f"// Thread place: columns strip0 + lane*{cols} .. +{cols} of A (rows of out) times",
         f"// columns n_group*{tn} .. +{tn} of X. A warp shares its n group, so X reads broadcast.",
+        f"const long long strip0 = static_cast<long long>(blockIdx.x) * {w};",
         f"const int lane = tid % {c.lanes};",
         f"const int n_group = tid / {c.lanes};",
         "",
@@ -829,7 +751,7 @@ def _emit_transposed(spec: MtsmSpec, ar: _Arith) -> list[str]:
         "};",
         "",
     ]
-    a_setup, a_issue = _a_copy(spec, ar, "row_base")
+    a_setup, a_issue = _a_copy(spec, ar, "strip0")
     body += a_setup
     issue = a_issue + _x_copy(spec, ar, zero_tail=False)
     consume = [
@@ -844,13 +766,13 @@ def _emit_transposed(spec: MtsmSpec, ar: _Arith) -> list[str]:
         "}",
     ]
     body += _pipeline(spec, issue, consume)
-    body += ["", *_tile_target(spec, ar), "// Store the tile: out rows past M and columns past N are skipped."]
+    body += ["", "// Store the tile: out rows past M and columns past N are skipped."]
     for i in range(cols):
         for j in range(tn):
-            guards = [f"row_base + lane * {cols} + {i} < args.m"]
+            guards = [f"strip0 + lane * {cols} + {i} < args.m"]
             if ragged_n:
                 guards.append(f"n_group * {tn} + {j} < {n}")
-            body.append(f"if ({' && '.join(guards)}) dst[(lane * {cols} + {i}) * {n} + n_group * {tn} + {j}] = acc_{i}_{j};")
+            body.append(f"if ({' && '.join(guards)}) dst[(strip0 + lane * {cols} + {i}) * {n} + n_group * {tn} + {j}] = acc_{i}_{j};")
     return body
 
 
@@ -866,6 +788,7 @@ def _emit_plain(spec: MtsmSpec, ar: _Arith) -> list[str]:
         f"// Thread place: rows lane + 32*(row_warp + {c.row_warps}*i) of the block's {br}, columns",
         f"// n_group*{tn} .. +{tn} of X, and the chunk's K entries k_group*{k_per_group} .. +{k_per_group}.",
         "// A warp shares its n group and k group, so X reads broadcast.",
+        f"const long long row_base = static_cast<long long>(blockIdx.x) * {br};",
         "const int lane = tid % 32;",
         "const int warp = tid / 32;",
         f"const int n_group = warp % {spec.n_groups};",
@@ -899,11 +822,11 @@ def _emit_plain(spec: MtsmSpec, ar: _Arith) -> list[str]:
 
     def store(i: int, j: int) -> str:
         guards = [f"row_base + row{i} < args.m"] + ([f"n_group * {tn} + {j} < {n}"] if ragged_n else [])
-        return f"if ({' && '.join(guards)}) dst[row{i} * {n} + n_group * {tn} + {j}] = acc_{i}_{j};"
+        return f"if ({' && '.join(guards)}) dst[(row_base + row{i}) * {n} + n_group * {tn} + {j}] = acc_{i}_{j};"
 
     stores = [store(i, j) for i in range(tr) for j in range(tn)]
     if c.k_groups == 1:
-        return body + ["", *_tile_target(spec, ar), "// Store the tile: rows past M and columns past N are skipped."] + stores
+        return body + ["", "// Store the tile: rows past M and columns past N are skipped."] + stores
     slot = lambda group, i, j: f"reduce[(({group} - 1) * {br} + row{i}) * {spec.x_stride} + n_group * {tn} + {j}]"
     return body + [
         "",
@@ -915,7 +838,6 @@ def _emit_plain(spec: MtsmSpec, ar: _Arith) -> list[str]:
         *[f"  {slot('k_group', i, j)} = acc_{i}_{j};" for i in range(tr) for j in range(tn)],
         "}",
         "__syncthreads();",
-        *_tile_target(spec, ar),
         "if (k_group == 0) {",
         f"  for (int g = 1; g < {c.k_groups}; ++g) {{",
         *[f"    acc_{i}_{j} = {ar.add(f'acc_{i}_{j}', slot('g', i, j))};" for i in range(tr) for j in range(tn)],
@@ -943,6 +865,7 @@ def _emit_mma(spec: MtsmSpec, ar: _Arith) -> list[str]:
         "",
         f"// Thread place: warp `warp_m` owns blocks warp_m*{tm} .. +{tm} of 8 rows of the",
         f"// block's {br} times all {nb} blocks of 8 columns of N, over the whole chunk.",
+        f"const long long row_base = static_cast<long long>(blockIdx.x) * {br};",
         "const int lane = tid % 32;",
         "const int warp_m = tid / 32;",
         *(["// PTX m16n8k8 tf32 fragments: A (16x8, row) holds [lane/4 (+8)][lane%4 (+4)], B (8x8,",
@@ -1003,10 +926,10 @@ def _emit_mma(spec: MtsmSpec, ar: _Arith) -> list[str]:
     def store(acc: str, row: str, col: str) -> str:
         guards = [f"row_base + {row} < args.m"] + ([f"{col} < {n}"] if 8 * nb > n else [])
         value = acc if e == "double" or tf32 else f"static_cast<{e}>({acc})"  # float32 on DMMA: rounded once, here
-        return f"if ({' && '.join(guards)}) dst[{row} * {n} + {col}] = {value};"
+        return f"if ({' && '.join(guards)}) dst[(row_base + {row}) * {n} + {col}] = {value};"
 
     stores = [store(*position) for position in positions]
-    return body + ["", *_tile_target(spec, ar), "// Store the blocks: rows past M and columns past N are skipped."] + stores
+    return body + ["", "// Store the blocks: rows past M and columns past N are skipped."] + stores
 
 
 def _emit_wgmma(spec: MtsmSpec, ar: _Arith) -> list[str]:
@@ -1045,6 +968,7 @@ def _emit_wgmma(spec: MtsmSpec, ar: _Arith) -> list[str]:
         f"// {spec.block_rows} rows; a warp takes 16 rows of each tile, as wgmma's A operand in",
         "// registers: the m16n8k8 A fragment [lane/4 (+8)][lane%4 (+4)]. D of those rows:",
         "// [lane/4][8*block + 2*(lane%4) + h] in d[4*block + h], row lane/4 + 8 in d[4*block + 2 + h].",
+        f"const long long row_base = static_cast<long long>(blockIdx.x) * {spec.block_rows};",
         "const int lane = tid % 32;",
         "const int group = tid / 128;",
         "const int frag_k = lane % 4;",
@@ -1114,14 +1038,14 @@ def _emit_wgmma(spec: MtsmSpec, ar: _Arith) -> list[str]:
     ]
     body += _pipeline(spec, a_copy + _x_copy(spec, ar, zero_tail=True), consume)
     body += ["// The last chunk's products.", "tsmm_wgmma_wait<0>();", *flush]
-    body += ["", *_tile_target(spec, ar), "// Store the tiles: rows past M and columns past N are skipped."]
+    body += ["", "// Store the tiles: rows past M and columns past N are skipped."]
     for u in range(tiles):
         for j in range(spec.n_blocks):
             for i in (0, 1):
                 for h in (0, 1):
                     col = f"{8 * j + h} + 2 * frag_k"
                     guards = [f"row_base + row{u}_{i} < args.m"] + ([f"{col} < {n}"] if n8 > n else [])
-                    body.append(f"if ({' && '.join(guards)}) dst[row{u}_{i} * {n} + {col}] = "
+                    body.append(f"if ({' && '.join(guards)}) dst[(row_base + row{u}_{i}) * {n} + {col}] = "
                                 f"total{u}[{4 * j + 2 * i + h}];")
     return body
 
@@ -1149,7 +1073,7 @@ def kernel_source(spec: MtsmSpec) -> str:
     p, c = spec.problem, spec.config
     ar = _Arith(p)
     emit = _emit_wgmma if c.wgmma else _emit_mma if c.mma else _emit_transposed if p.transpose_a else _emit_plain
-    body = emit(spec, ar) + (_cluster_reduce(spec, ar) if c.cluster_reduce else [])
+    body = emit(spec, ar)
     lines = [
         f"// {spec.name}: mtsm transpose_a={p.transpose_a} {p.dtype} N={p.n} conj={p.conj}",
         f"// {c}",
@@ -1179,64 +1103,10 @@ __device__ __forceinline__ void tsmm_wgmma_wait() {
 """
 
 
-_CLUSTER = """\
-// Thread block clusters (MtsmConfig.cluster_reduce; sm_90 and later, else every
-// block is a cluster of one): the cluster's size, a barrier of all its threads
-// (release and acquire: shared memory written before it is visible to the
-// cluster after it), and a load from block `rank`'s copy of shared variable `p`.
-__device__ __forceinline__ unsigned tsmm_cluster_blocks() {
-  unsigned blocks = 1;
-#if __CUDA_ARCH__ >= 900
-  asm volatile("mov.u32 %0, %%cluster_nctarank;" : "=r"(blocks));
-#endif
-  return blocks;
-}
-__device__ __forceinline__ void tsmm_cluster_sync() {
-#if __CUDA_ARCH__ >= 900
-  asm volatile("barrier.cluster.arrive.release.aligned;\\n\\tbarrier.cluster.wait.acquire.aligned;" ::: "memory");
-#endif
-}
-// A cluster of one (before sm_90) reads its own copy.
-#if __CUDA_ARCH__ >= 900
-__device__ __forceinline__ unsigned tsmm_cluster_address(const void* p, unsigned rank) {
-  unsigned address = static_cast<unsigned>(__cvta_generic_to_shared(p));
-  asm volatile("mapa.shared::cluster.u32 %0, %0, %1;" : "+r"(address) : "r"(rank));
-  return address;
-}
-__device__ __forceinline__ float tsmm_cluster_load(const float* p, unsigned rank) {
-  float v;
-  asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(tsmm_cluster_address(p, rank)) : "memory");
-  return v;
-}
-__device__ __forceinline__ double tsmm_cluster_load(const double* p, unsigned rank) {
-  double v;
-  asm volatile("ld.shared::cluster.f64 %0, [%1];" : "=d"(v) : "r"(tsmm_cluster_address(p, rank)) : "memory");
-  return v;
-}
-__device__ __forceinline__ float2 tsmm_cluster_load(const float2* p, unsigned rank) {
-  float2 v;
-  asm volatile("ld.shared::cluster.v2.f32 {%0, %1}, [%2];" : "=f"(v.x), "=f"(v.y)
-               : "r"(tsmm_cluster_address(p, rank)) : "memory");
-  return v;
-}
-__device__ __forceinline__ double2 tsmm_cluster_load(const double2* p, unsigned rank) {
-  double2 v;
-  asm volatile("ld.shared::cluster.v2.f64 {%0, %1}, [%2];" : "=d"(v.x), "=d"(v.y)
-               : "r"(tsmm_cluster_address(p, rank)) : "memory");
-  return v;
-}
-#else
-template <typename T>
-__device__ __forceinline__ T tsmm_cluster_load(const T* p, unsigned) { return *p; }
-#endif
-"""
-
-
 def module_source(specs: list[MtsmSpec]) -> str:
     """A self-contained translation unit (no includes) with the kernels of ``specs``."""
     wgmma_widths = sorted({8 * spec.n_blocks for spec in specs if spec.config.wgmma})
     return "\n".join(["// Generated by jax_tsmm's codegen (mtsm); do not edit.", PRELUDE, _STAGE_COPY, ARGS_STRUCT]
-                     + ([_CLUSTER] if any(spec.config.cluster_reduce for spec in specs) else [])
                      + ([_WGMMA_IN_FLIGHT] if wgmma_widths else [])
                      + [_wgmma_tf32(n, accumulate) for n in wgmma_widths for accumulate in (True, False)]
                      + [kernel_source(spec) for spec in specs])

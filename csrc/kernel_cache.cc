@@ -122,7 +122,7 @@ ffi::Error FindKernel(std::string_view library, std::string_view name,
 
 ffi::Error LaunchKernel(const void* function, dim3 grid, int threads, int shared_bytes,
                         void* args, cudaStream_t stream, std::string_view name,
-                        std::string_view library, unsigned cluster_y) {
+                        std::string_view library) {
   if (shared_bytes > kDefaultDynamicSharedBytes) {
     int device = 0;
     if (cudaError_t error = cudaGetDevice(&device); error != cudaSuccess) {
@@ -143,24 +143,7 @@ ffi::Error LaunchKernel(const void* function, dim3 grid, int threads, int shared
     }
   }
   void* params[] = {args};
-  cudaError_t error;
-  if (cluster_y > 1) {
-    cudaLaunchAttribute cluster = {};
-    cluster.id = cudaLaunchAttributeClusterDimension;
-    cluster.val.clusterDim.x = 1;
-    cluster.val.clusterDim.y = cluster_y;
-    cluster.val.clusterDim.z = 1;
-    cudaLaunchConfig_t config = {};
-    config.gridDim = grid;
-    config.blockDim = dim3(threads);
-    config.dynamicSmemBytes = shared_bytes;
-    config.stream = stream;
-    config.attrs = &cluster;
-    config.numAttrs = 1;
-    error = cudaLaunchKernelExC(&config, function, params);
-  } else {
-    error = cudaLaunchKernel(function, grid, dim3(threads), params, shared_bytes, stream);
-  }
+  cudaError_t error = cudaLaunchKernel(function, grid, dim3(threads), params, shared_bytes, stream);
   if (error == cudaSuccess) error = cudaGetLastError();
   if (error != cudaSuccess) return CudaFailure("cudaLaunchKernel", name, library, error);
   return ffi::Error::Success();

@@ -28,11 +28,9 @@ xla::ffi::Error FindKernel(std::string_view library, std::string_view name,
 // Launches `function` (from FindKernel) with `args`, its one by-value
 // parameter, opting in first where `shared_bytes` of dynamic shared memory
 // exceed the default 48 KiB; a failure names kernel `name` of `library`.
-// `cluster_y` > 1: as thread block clusters of (1, cluster_y, 1) blocks.
 xla::ffi::Error LaunchKernel(const void* function, dim3 grid, int threads,
                              int shared_bytes, void* args, cudaStream_t stream,
-                             std::string_view name, std::string_view library,
-                             unsigned cluster_y = 1);
+                             std::string_view name, std::string_view library);
 
 // Names of the kernels built into this module.
 std::vector<std::string> PrebuiltKernelNames();

@@ -4,9 +4,7 @@
 //
 // CUDA-graph safe: for given shapes and attributes every call launches the
 // same work and allocates nothing. The split of K (gridDim.y) is chosen by the
-// lowering; with `cluster` the splits of each block of rows run as one thread
-// block cluster and add up in shared memory, else the partial sums they need are
-// the call's second result, added up by the finalize launch.
+// lowering; the partial sums it needs are the call's second result.
 
 #include <cstdint>
 #include <string>
@@ -26,7 +24,6 @@ namespace jax_tsmm {
 namespace {
 
 constexpr int kFinalizeThreads = 256;  // codegen/mtsm.py FINALIZE_THREADS
-constexpr int64_t kMaxClusterBlocks = 8;  // codegen/mtsm.py MAX_CLUSTER_SPLITS
 
 using Dims = ffi::AnyBuffer::Dimensions;
 
@@ -48,21 +45,19 @@ int64_t BatchStride(Dims dims, Dims out_dims, int64_t matrix, bool* ok) {
 }
 
 // a (batch..., M, K) or with transpose_a (batch..., K, M); x (batch..., K, N)
-// -> out (batch..., M, N); partials (splits * batch * M * N,) when splits > 1
-// and not `cluster`, else (0,).
+// -> out (batch..., M, N); partials (splits * batch * M * N,) when splits > 1,
+// else (0,).
 ffi::Error MtsmImpl(cudaStream_t stream, ffi::AnyBuffer a, ffi::AnyBuffer x,
                     ffi::Result<ffi::AnyBuffer> out, ffi::Result<ffi::AnyBuffer> partials,
                     std::string_view kernel, std::string_view library, int32_t threads,
                     int32_t shared_bytes, int64_t block_rows, int64_t chunk, int64_t splits,
-                    bool cluster, bool transpose_a) {
+                    bool transpose_a) {
   if (kernel.empty() || threads < 1 || threads > kMaxThreadsPerBlock || shared_bytes < 0 ||
-      block_rows < 1 || chunk < 1 || splits < 1 || splits > kMaxGridYZ ||
-      (cluster && (splits < 2 || splits > kMaxClusterBlocks))) {
+      block_rows < 1 || chunk < 1 || splits < 1 || splits > kMaxGridYZ) {
     return Invalid("bad launch attributes for kernel '" + std::string(kernel) + "': threads " +
                    std::to_string(threads) + ", shared_bytes " + std::to_string(shared_bytes) +
                    ", block_rows " + std::to_string(block_rows) + ", chunk " +
-                   std::to_string(chunk) + ", splits " + std::to_string(splits) +
-                   (cluster ? " in one cluster" : ""));
+                   std::to_string(chunk) + ", splits " + std::to_string(splits));
   }
   const ffi::DataType dtype = a.element_type();
   if (ElementBytes(dtype) == 0) return Invalid("dtype must be float32, float64, complex64 or complex128");
@@ -93,7 +88,7 @@ ffi::Error MtsmImpl(cudaStream_t stream, ffi::AnyBuffer a, ffi::AnyBuffer x,
   }
   if (out->element_count() == 0) return ffi::Error::Success();
   const int64_t batch = out->element_count() / (m * n);
-  const int64_t expected_partials = splits > 1 && !cluster ? splits * batch * m * n : 0;
+  const int64_t expected_partials = splits > 1 ? splits * batch * m * n : 0;
   if (static_cast<int64_t>(partials->element_count()) != expected_partials) {
     return Invalid("partials hold " + std::to_string(partials->element_count()) +
                    " elements, the launch needs " + std::to_string(expected_partials));
@@ -128,12 +123,12 @@ ffi::Error MtsmImpl(cudaStream_t stream, ffi::AnyBuffer a, ffi::AnyBuffer x,
   }
   const dim3 grid(static_cast<unsigned int>(row_blocks), static_cast<unsigned int>(splits),
                   static_cast<unsigned int>(batch));
-  if (ffi::Error error = LaunchKernel(entry.main, grid, threads, shared_bytes, &args, stream,
-                                      kernel, library, cluster ? splits : 1);
+  if (ffi::Error error =
+          LaunchKernel(entry.main, grid, threads, shared_bytes, &args, stream, kernel, library);
       error.failure()) {
     return error;
   }
-  if (splits == 1 || cluster) return ffi::Error::Success();
+  if (splits == 1) return ffi::Error::Success();
   const int64_t finalize_blocks = CeilDiv(batch * m * n, kFinalizeThreads);
   if (finalize_blocks > kMaxGridX) return shape_error("result too large for one finalize launch");
   return LaunchKernel(entry.finalize, dim3(static_cast<unsigned int>(finalize_blocks)),
@@ -157,5 +152,4 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(TsmmMtsm, jax_tsmm::MtsmImpl,
                                   .Attr<int64_t>("block_rows")
                                   .Attr<int64_t>("chunk")
                                   .Attr<int64_t>("splits")
-                                  .Attr<bool>("cluster")
                                   .Attr<bool>("transpose_a"));

@@ -196,16 +196,15 @@ def _mtsm_cuda_lowering(ctx, a, x, *, transpose_a, conj):
     k = x_aval.shape[-2]
     out_batch = out_aval.shape[:-2]
     batch = math.prod(out_batch)
-    spec, arch = None, _cuda.arch()
+    spec = None
     if (m * n * batch * k > 0 and batch <= MAX_BATCH and _per_device(ctx)
             and _kernel_batch(a_aval.shape[:-2], out_batch)
             and _kernel_batch(x_aval.shape[:-2], out_batch)):
-        spec = select(a_aval.dtype, transpose_a, n, conj, k, arch, _cuda.device_kind())
+        spec = select(a_aval.dtype, transpose_a, n, conj, k, _cuda.arch(), _cuda.device_kind())
     if spec is None or not _cuda.register_targets():
         return mlir.lower_fun(mtsm_xla, multiple_results=False)(ctx, a, x, transpose_a=transpose_a, conj=conj)
-    splits = mtsm_codegen.splits(spec, m, k, batch, _cuda.multiprocessors(), arch)
-    cluster = mtsm_codegen.clustered(spec, splits, arch)
-    partials = splits * batch * m * n if splits > 1 and not cluster else 0
+    splits = mtsm_codegen.splits(spec, m, k, batch, _cuda.multiprocessors())
+    partials = splits * batch * m * n if splits > 1 else 0
     call = jax.ffi.ffi_call(
         "tsmm_mtsm",
         (jax.ShapeDtypeStruct(out_aval.shape, out_aval.dtype), jax.ShapeDtypeStruct((partials,), out_aval.dtype)),
@@ -215,13 +214,12 @@ def _mtsm_cuda_lowering(ctx, a, x, *, transpose_a, conj):
         out, _ = call(
             a, x,
             kernel=spec.name,
-            library=_kernels.library_for(spec, arch),
+            library=_kernels.library_for(spec, _cuda.arch()),
             threads=np.int32(spec.threads),
             shared_bytes=np.int32(spec.shared_bytes),
             block_rows=np.int64(spec.block_rows),
             chunk=np.int64(spec.chunk),
             splits=np.int64(splits),
-            cluster=cluster,
             transpose_a=transpose_a,
         )
         return out

@@ -550,28 +550,11 @@ def test_splits_fill_the_gpu():
         slots = 132 * spec.config.blocks_per_sm
         for m, k, batch in [(8192, 8192, 1), (16384, 16384, 1), (30720, 30720, 1), (1000, 777, 1),
                             (64, 10**6, 1), (8192, 8192, 1000)]:
-            splits = mtsm_codegen.splits(spec, m, k, batch, 132, "sm_90")
+            splits = mtsm_codegen.splits(spec, m, k, batch, 132)
             blocks = -(-m // spec.block_rows) * batch * splits
             assert 1 <= splits <= -(-k // spec.chunk)
             if k >= 8192:
                 assert blocks / (-(-blocks // slots) * slots) > 0.95, (m, k, batch, splits)
-
-
-def test_splits_in_a_cluster():
-    """Two to eight splits of K add up in one thread block cluster on sm_90 and later,
-    unless the configuration says otherwise; more splits, or older GPUs, take the
-    partial sums and the finalize launch, whose cost the model charges only there."""
-    spec = mtsm_select("float32", False, 32, False, 8192)
-    assert spec.config.cluster_reduce
-    assert [mtsm_codegen.clustered(spec, s, "sm_90") for s in (1, 2, 8, 9)] == [False, True, True, False]
-    assert not mtsm_codegen.clustered(spec, 4, "sm_80")
-    unclustered = mtsm_codegen.MtsmSpec(spec.problem, dataclasses.replace(spec.config, cluster_reduce=False))
-    assert not mtsm_codegen.clustered(unclustered, 4, "sm_90")
-    # 480 row blocks in 264 slots: the cluster's splits cost nothing beyond their waves,
-    # so the model evens the waves out with them, which the finalize's share forbids.
-    m, k = 480 * spec.block_rows, 128 * spec.chunk
-    assert 2 <= mtsm_codegen.splits(spec, m, k, 1, 132, "sm_90") <= 8
-    assert mtsm_codegen.splits(unclustered, m, k, 1, 132, "sm_90") == mtsm_codegen.splits(spec, m, k, 1, 132, "sm_80") == 1
 
 
 @pytest.mark.usefixtures("model_kernels")
@@ -666,24 +649,6 @@ def test_cuda_lowering_calls_the_kernels(transpose_a):
     # The gradient with respect to x runs the other layout's kernel.
     loss = lambda a, x: jnp.sum(f(a, x) ** 2)
     assert cuda_hlo(jax.grad(loss, 1), a, x).count("custom_call @tsmm_mtsm") == 2
-
-
-@needs_extension
-@pytest.mark.nvcc
-@pytest.mark.usefixtures("model_kernels")
-def test_cuda_lowering_splits_in_a_cluster():
-    """Where K splits 2..8 ways the call launches one cluster per block of rows and
-    asks for no partial sums; past that, partials sized for every split."""
-    def call(m, k):
-        hlo = cuda_hlo(jax_tsmm.mtsm, jnp.ones((m, k), jnp.float32), jnp.ones((k, 32), jnp.float32))
-        splits = int(re.search(r"splits = (\d+)", hlo).group(1))
-        partials = int(re.search(r"tensor<(\d+)xf32>\)", hlo).group(1))
-        return splits, "cluster = true" in hlo, partials
-
-    splits, cluster, partials = call(8192, 8192)
-    assert 2 <= splits <= 8 and cluster and partials == 0
-    splits, cluster, partials = call(64, 1 << 20)
-    assert splits > 8 and not cluster and partials == splits * 64 * 32
 
 
 @needs_extension

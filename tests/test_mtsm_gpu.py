@@ -10,7 +10,6 @@ kernel fails to write shows up as NaN.
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import itertools
 import json
@@ -130,53 +129,12 @@ def test_splits_are_bitwise_deterministic(transpose_a):
     rng = np.random.default_rng()
     m, k = 500, 300007
     spec = _spec(transpose_a, "float64", 8, False)
-    assert mtsm_codegen.splits(spec, m, k, 1, _cuda.multiprocessors(), _cuda.arch()) > 1
+    assert mtsm_codegen.splits(spec, m, k, 1, _cuda.multiprocessors()) > 1
     a, x = operands(rng, "float64", m, k, 8, transpose_a)
     first = np.asarray(run(a, x, transpose_a))
     check(first, a, x, transpose_a)
     for _ in range(3):
         assert np.array_equal(np.asarray(run(a, x, transpose_a)), first)
-
-
-def _clustered_and_not(spec: mtsm_codegen.MtsmSpec) -> tuple[mtsm_codegen.MtsmSpec, int, int]:
-    """``spec`` without cluster_reduce, and (M, K) that both split K alike 2..8 ways."""
-    unclustered = mtsm_codegen.MtsmSpec(spec.problem, dataclasses.replace(spec.config, cluster_reduce=False))
-    m = 3 * spec.block_rows + 5
-    for chunks in range(2, 9):
-        k = chunks * spec.chunk - 1
-        splits = [mtsm_codegen.splits(s, m, k, 1, _cuda.multiprocessors(), _cuda.arch()) for s in (spec, unclustered)]
-        if splits[0] == splits[1] > 1:
-            assert mtsm_codegen.clustered(spec, splits[0], _cuda.arch())
-            return unclustered, m, k
-    raise AssertionError(f"no K splits {spec.name} alike in and out of a cluster")
-
-
-CLUSTERED = [(t, "float32", 32, kind) for t in (False, True) for kind in ("model", "tf32x3", "wgmma")]
-CLUSTERED += [(t, d, n, "model") for t in (False, True) for d, n in (("float64", 8), ("complex64", 5),
-                                                                       ("complex128", 3), ("float32", 2))]
-
-
-@pytest.mark.parametrize("transpose_a, dtype, n, kind", CLUSTERED)
-def test_cluster_reduce_matches_the_finalize_bitwise(transpose_a, dtype, n, kind):
-    """K split in one thread block cluster per block of rows (sm_90) gives the finalize
-    launch's sums bit for bit: both add the splits in split order."""
-    if not mtsm_codegen.clustered(_spec(transpose_a, dtype, n, False), 2, _cuda.arch()):
-        pytest.skip(f"no thread block clusters on {_cuda.arch()}")
-    problem = mtsm_codegen.MtsmProblem(transpose_a, dtype, n)
-    if kind == "model":
-        spec = _spec(transpose_a, dtype, n, False)
-    else:
-        spec = mtsm_codegen.MtsmSpec(problem, next(c for c in search.mtsm_candidates(problem, 64, _cuda.arch())
-                                                   if c.tf32x3 and c.wgmma == (kind == "wgmma")))
-    unclustered, m, k = _clustered_and_not(spec)
-    _kernels.precompile([spec, unclustered], _cuda.arch())
-    a, x = operands(np.random.default_rng(), dtype, m, k, n, transpose_a)
-    with _dispatch.forced(spec):
-        clustered = np.asarray(run(a, x, transpose_a))
-    with _dispatch.forced(unclustered):
-        finalized = np.asarray(run(a, x, transpose_a))
-    check(clustered, a, x, transpose_a)
-    np.testing.assert_array_equal(clustered, finalized)
 
 
 @pytest.mark.parametrize("transpose_a", (False, True))
@@ -242,10 +200,9 @@ def test_many_batch_items_in_one_launch():
 
 def _run_forced(spec: mtsm_codegen.MtsmSpec, rng) -> None:
     """``spec`` on two random problems of ragged sizes: a few row blocks with K split
-    many ways (the finalize), M and K off 16-byte rows (the element copies); and many
-    row blocks with a K of a few chunks split a few ways (in clusters on sm_90), M and
-    K whole 16-byte vectors (whole chunks of whole blocks take the hoisted copies, the
-    last block and chunk the general ones)."""
+    (the finalize), M and K off 16-byte rows (the element copies); and many row blocks
+    with a K of a few chunks, M and K whole 16-byte vectors (whole chunks of whole
+    blocks take the hoisted copies, the last block and chunk the general ones)."""
     p = spec.problem
     vec = p.vector_elements
     for m, k in ((2 * spec.block_rows + 5, 60 * spec.chunk + 3),
