@@ -44,8 +44,7 @@ REAL_COMPONENT = {"complex64": "float32", "complex128": "float64"}
 SMALL_K = 1 << 17  # below it, where nothing was tuned that small, XLA serves (see tuned)
 SMALL_K_TIMED = 1 << 16
 SMALL_K_XLA_ALIGNED = 1 << 10  # below SMALL_K, atb's XLA serves at multiples of it too (see tuned)
-SMALL_K_XLA_DTYPES = ("float32", "float64")  # complex atb not measured there (XLA's Aᵀ B: 15 % at 1 GiB)
-SMALL_K_COMPLEX_AB = 1 << 15  # below it, complex ab likewise (see tuned)
+SMALL_K_COMPLEX = 1 << 15  # SMALL_K of complex atb and ab (see tuned)
 NEAREST_KERNEL_REACH = 4  # how far (a ratio of K) a kernel entry serves where an atb XLA entry does not hold
 TUNING_DIR = pathlib.Path(__file__).parent / "tuning"
 
@@ -162,9 +161,12 @@ def tuned(key: str, k: int, arch: str, device: str = "") -> dict | None:
     float64 atb tuned at 2^16. For atb that entry counts as XLA measured faster at
     multiples of SMALL_K_XLA_ALIGNED as well: on an H200 (2026-11-26) the model's
     float32 8 x 8 Aᵀ B took 0.21-0.37x XLA's speed at K = 2^10, 2^12 and 2^14 (its
-    two launches cost 15 µs, XLA's dot 3-6 µs). Complex ab does the same below
-    SMALL_K_COMPLEX_AB: on an H100 (2026-11-27) the 8 x 8 kernels took 0.60-0.87x
-    XLA's speed at K = 2^10..2^14 (complex128 1.28x at 2^14) and 1.4-1.8x at 2^16.
+    two launches cost 15 µs, XLA's dot 3-6 µs). Complex atb and ab do the same
+    below SMALL_K_COMPLEX: on an H100 (2026-11-27), at K = 2^10 and 2^14 the ab
+    kernels of 8 x 8 took 0.60-0.87x XLA's speed (complex128 1.28x at 2^14), the
+    atb kernels of 24 x 24 and 52 x 52 0.38-0.76x (complex64 24 x 24 1.13x at
+    2^14; at 8 x 8 1.2-1.8x, where XLA's complex Aᴴ B is slow at every K); at
+    2^16 the kernels took 0.76-2.3x (complex128 atb 24 x 24 the 0.76x).
 
     XLA's Aᵀ B is fast only at some K: on an H100 (2026-11-22) at K = 2^16, 2^20
     and 2^22 it reached 60-95 % of roofline, at K = 65537, 99991, 1048573, 1500007
@@ -186,8 +188,8 @@ def tuned(key: str, k: int, arch: str, device: str = "") -> dict | None:
         if entry["k_min"] <= k:
             chosen = entry
     op, dtype, _ = key.split(":")
-    small_k = SMALL_K if op in ("atb", "ab") and dtype in SMALL_K_XLA_DTYPES else SMALL_K_COMPLEX_AB if op == "ab" else 0
-    if k < small_k and chosen["k_min"] > k:
+    small_k = SMALL_K_COMPLEX if dtype.startswith("complex") else SMALL_K
+    if op in ("atb", "ab") and k < small_k and chosen["k_min"] > k:
         chosen = {"k_min": 0, "k_tuned": SMALL_K_TIMED, "config": None, "xla_faster_at": SMALL_K_XLA_ALIGNED}
     if op == "atb":
         if chosen["config"] is None and not _xla_measured_faster(chosen, k):
