@@ -154,8 +154,10 @@ def tuned(key: str, k: int, arch: str, device: str = "") -> dict | None:
     where the database has no say. The entry of the range holding K serves; below
     every range, the lowest range's (a measured choice beats the untimed model),
     except at K under SMALL_K for atb and ab (not the fused update, which saves XLA's
-    second pass) of a real dtype, where XLA's dot serves as if an
-    entry timed at K = SMALL_K_TIMED had chosen it: on an H200 (2026-11-23) the
+    second pass) of a real dtype where the entries start higher, or the one that
+    would serve was timed at NEAREST_KERNEL_REACH times K or more; there XLA's
+    dot serves as if an entry timed at K = SMALL_K_TIMED had chosen it: on an
+    H200 (2026-11-23) the
     float32 kernels tuned at gigabyte sizes took 0.75-0.95x XLA's speed at K = 2^16
     for 10 of 12 problems (1.1-1.8x at 2^20), and on an H100 XLA won every
     float64 atb tuned at 2^16. For atb that entry counts as XLA measured faster at
@@ -189,7 +191,8 @@ def tuned(key: str, k: int, arch: str, device: str = "") -> dict | None:
             chosen = entry
     op, dtype, _ = key.split(":")
     small_k = SMALL_K_COMPLEX if dtype.startswith("complex") else SMALL_K
-    if op in ("atb", "ab") and k < small_k and chosen["k_min"] > k:
+    if op in ("atb", "ab") and k < small_k and (
+            chosen["k_min"] > k or chosen.get("k_tuned", chosen["k_min"]) >= NEAREST_KERNEL_REACH * k):
         chosen = {"k_min": 0, "k_tuned": SMALL_K_TIMED, "config": None, "xla_faster_at": SMALL_K_XLA_ALIGNED}
     if op == "atb":
         if chosen["config"] is None and not _xla_measured_faster(chosen, k):

@@ -243,8 +243,9 @@ def test_where_an_atb_xla_entry_does_not_hold_the_kernel_timed_nearest_serves(mo
 
 def test_small_k_goes_to_xla_where_nothing_was_tuned_that_small(monkeypatch):
     """Below SMALL_K (complex: SMALL_K_COMPLEX), atb and ab whose entries start
-    higher use XLA's dot (atb at multiples of 2^10 only, where XLA measured fast);
-    K at or above the entries' ranges keeps the kernels."""
+    higher, or whose serving entry was timed at 4 K or more, use XLA's dot (atb at
+    multiples of 2^10 only, where XLA measured fast); K at or above the entries'
+    ranges, or near the K an entry was timed at, keeps the kernels."""
     from jax_tsmm import _dispatch
     from jax_tsmm.codegen import Problem, default_config
 
@@ -252,6 +253,7 @@ def test_small_k_goes_to_xla_where_nothing_was_tuned_that_small(monkeypatch):
         return [{"k_min": 1 << 22, "k_tuned": 1 << 22, "config": dataclasses.asdict(default_config(Problem(op, dtype, 7, 5)))}]
 
     entries = {f"{op}:{dtype}:7x5": kernel(op, dtype) for op in ("atb", "ab") for dtype in ("float32", "complex64")}
+    entries["ab:float64:7x5"] = [{**kernel("ab", "float64")[0], "k_min": 0, "k_tuned": 1 << 16}]
     monkeypatch.setattr(_dispatch, "database", lambda *_: entries)
 
     def lowered(fn, dtype, k):
@@ -268,6 +270,7 @@ def test_small_k_goes_to_xla_where_nothing_was_tuned_that_small(monkeypatch):
     assert not lowered(jax_tsmm.atb, jnp.complex64, 1 << 14) and not lowered(jax_tsmm.ab, jnp.complex64, (1 << 15) - 1)
     assert lowered(jax_tsmm.atb, jnp.complex64, (1 << 14) + 1)
     assert lowered(jax_tsmm.atb, jnp.complex64, 1 << 15) and lowered(jax_tsmm.ab, jnp.complex64, 1 << 15)
+    assert not lowered(jax_tsmm.ab, jnp.float64, 1 << 14) and lowered(jax_tsmm.ab, jnp.float64, (1 << 14) + 1)
 
 
 def test_atb_uses_xla_only_at_k_with_the_timed_power_of_two_factor(monkeypatch):
