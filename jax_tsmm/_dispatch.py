@@ -94,7 +94,8 @@ _model_only: list[bool] = []
 @contextlib.contextmanager
 def model_only():
     """Inside the block, calls lowered dispatch by the generator's model alone, as
-    if the tuning database were empty (the bench's ``--model``; the tests)."""
+    if the tuning database were empty and without the small-K rule (``tuned``),
+    so the model's kernels run at every K (the bench's ``--model``; the tests)."""
     _model_only.append(True)
     try:
         yield
@@ -154,9 +155,10 @@ def tuned(key: str, k: int, arch: str, device: str = "") -> dict | None:
     where the database has no say. The entry of the range holding K serves; below
     every range, the lowest range's (a measured choice beats the untimed model),
     except at K under SMALL_K for atb and ab (not the fused update, which saves XLA's
-    second pass) of a real dtype where the entries start higher, or the one that
-    would serve was timed at NEAREST_KERNEL_REACH times K or more; there XLA's
-    dot serves as if an entry timed at K = SMALL_K_TIMED had chosen it: on an
+    second pass) of a real dtype where there are none, or they start higher, or
+    the one that would serve was timed at NEAREST_KERNEL_REACH times K or more;
+    there XLA's dot serves as if an entry timed at K = SMALL_K_TIMED had chosen
+    it (not under ``model_only``, which times the model's kernels): on an
     H200 (2026-11-23) the
     float32 kernels tuned at gigabyte sizes took 0.75-0.95x XLA's speed at K = 2^16
     for 10 of 12 problems (1.1-1.8x at 2^20), and on an H100 XLA won every
@@ -183,17 +185,20 @@ def tuned(key: str, k: int, arch: str, device: str = "") -> dict | None:
     Aᵀ B reached 74-97 % of roofline and beat the kernels tuned at gigabyte
     sizes at 10 of 64 widths (by up to 15 %)."""
     entries = database(arch, device).get(key, [])
-    if not entries:
+    if not entries and _model_only:
         return None
-    chosen = entries[0]
+    chosen = entries[0] if entries else None
     for entry in entries:
         if entry["k_min"] <= k:
             chosen = entry
     op, dtype, _ = key.split(":")
     small_k = SMALL_K_COMPLEX if dtype.startswith("complex") else SMALL_K
     if op in ("atb", "ab") and k < small_k and (
-            chosen["k_min"] > k or chosen.get("k_tuned", chosen["k_min"]) >= NEAREST_KERNEL_REACH * k):
+            chosen is None or chosen["k_min"] > k
+            or chosen.get("k_tuned", chosen["k_min"]) >= NEAREST_KERNEL_REACH * k):
         chosen = {"k_min": 0, "k_tuned": SMALL_K_TIMED, "config": None, "xla_faster_at": SMALL_K_XLA_ALIGNED}
+    if chosen is None:
+        return None
     if op == "atb":
         if chosen["config"] is None and not _xla_measured_faster(chosen, k):
             chosen = _nearest_kernel_entry(entries, k)

@@ -242,10 +242,11 @@ def test_where_an_atb_xla_entry_does_not_hold_the_kernel_timed_nearest_serves(mo
 
 
 def test_small_k_goes_to_xla_where_nothing_was_tuned_that_small(monkeypatch):
-    """Below SMALL_K (complex: SMALL_K_COMPLEX), atb and ab whose entries start
-    higher, or whose serving entry was timed at 4 K or more, use XLA's dot (atb at
-    multiples of 2^10 only, where XLA measured fast); K at or above the entries'
-    ranges, or near the K an entry was timed at, keeps the kernels."""
+    """Below SMALL_K (complex: SMALL_K_COMPLEX), atb and ab without entries, whose
+    entries start higher, or whose serving entry was timed at 4 K or more, use
+    XLA's dot (atb at multiples of 2^10 only, where XLA measured fast); K at or
+    above the entries' ranges, or near the K an entry was timed at, keeps the
+    kernels."""
     from jax_tsmm import _dispatch
     from jax_tsmm.codegen import Problem, default_config
 
@@ -271,6 +272,12 @@ def test_small_k_goes_to_xla_where_nothing_was_tuned_that_small(monkeypatch):
     assert lowered(jax_tsmm.atb, jnp.complex64, (1 << 14) + 1)
     assert lowered(jax_tsmm.atb, jnp.complex64, 1 << 15) and lowered(jax_tsmm.ab, jnp.complex64, 1 << 15)
     assert not lowered(jax_tsmm.ab, jnp.float64, 1 << 14) and lowered(jax_tsmm.ab, jnp.float64, (1 << 14) + 1)
+    # No entry: XLA's dot at small K, the model's kernel above; the model's alone under model_only.
+    monkeypatch.setattr(_dispatch, "_model_only", [])  # out of this module's model_kernels
+    assert _dispatch.select("ab", "float32", 6, 5, 1000, 0, False) is None
+    assert _dispatch.select("ab", "float32", 6, 5, 1 << 17, 0, False) is not None
+    with _dispatch.model_only():
+        assert _dispatch.select("ab", "float32", 6, 5, 1000, 0, False) is not None
 
 
 def test_atb_uses_xla_only_at_k_with_the_timed_power_of_two_factor(monkeypatch):
