@@ -158,11 +158,10 @@ def tuned(key: str, k: int, arch: str, device: str = "") -> dict | None:
     second pass) of a real dtype where there are none, or they start higher, or
     the one that would serve was timed at NEAREST_KERNEL_REACH times K or more;
     there XLA's dot serves as if an entry timed at K = SMALL_K_TIMED had chosen
-    it (not under ``model_only``, which times the model's kernels): on an
-    H200 (2026-11-23) the
-    float32 kernels tuned at gigabyte sizes took 0.75-0.95x XLA's speed at K = 2^16
-    for 10 of 12 problems (1.1-1.8x at 2^20), and on an H100 XLA won every
-    float64 atb tuned at 2^16. For atb that entry counts as XLA measured faster at
+    it (not under ``model_only``, which times the model's kernels): on an H200
+    (2026-11-23) the float32 kernels tuned at gigabyte sizes took 0.75-0.95x
+    XLA's speed at K = 2^16 for 10 of 12 problems (1.1-1.8x at 2^20), and on an
+    H100 XLA won every float64 atb tuned at 2^16. For atb that entry counts as XLA measured faster at
     multiples of SMALL_K_XLA_ALIGNED as well: on an H200 (2026-11-26) the model's
     float32 8 x 8 Aᵀ B took 0.21-0.37x XLA's speed at K = 2^10, 2^12 and 2^14 (its
     two launches cost 15 µs, XLA's dot 3-6 µs). Complex atb and ab do the same
