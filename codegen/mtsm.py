@@ -847,6 +847,14 @@ def _emit_plain(spec: MtsmSpec, ar: _Arith) -> list[str]:
     ]
 
 
+def _staged_a(spec: MtsmSpec, row: str, k: str) -> str:
+    """The staged element of A at ``row`` (of out) and entry ``k`` of the chunk, in
+    either layout: the tensor-core kernels' A fragments."""
+    if spec.problem.transpose_a:
+        return f"sa[({k}) * {spec.a_stride} + {row}]"
+    return f"sa[{row} * {spec.a_stride} + {k}]"
+
+
 def _emit_mma(spec: MtsmSpec, ar: _Arith) -> list[str]:
     """The FP64 tensor cores (DMMA, mma.sync m8n8k4), both layouts: a warp's 8x8
     blocks of out accumulate 8x4 fragments of op(A) times 4x8 fragments of X per 4
@@ -860,7 +868,7 @@ def _emit_mma(spec: MtsmSpec, ar: _Arith) -> list[str]:
     e = ar.elem
     n = p.n
     tm, nb, br = c.rows_per_thread, spec.n_blocks, spec.block_rows
-    sa_stride, xs = spec.a_stride, spec.x_stride
+    xs = spec.x_stride
     body = _prologue(spec, ar) + [
         "",
         f"// Thread place: warp `warp_m` owns blocks warp_m*{tm} .. +{tm} of 8 rows of the",
@@ -884,15 +892,11 @@ def _emit_mma(spec: MtsmSpec, ar: _Arith) -> list[str]:
     ]
     a_setup, a_copy = _a_copy(spec, ar, "row_base")
     body += a_setup
-    if p.transpose_a:
-        a_fragment = lambda i, kk: f"sa[{kk} * {sa_stride} + row{i}]"
-    else:
-        a_fragment = lambda i, kk: f"sa[row{i} * {sa_stride} + {kk}]"
     if tf32:
         steps = c.k_steps // 2
         step = [
             "  const int kk0 = s * 8 + frag_k, kk1 = kk0 + 4;  // this lane's entries of K in each k half",
-            *[f"  const tsmm_tf32_pair a{i}_{h} = tsmm_split_tf32({a_fragment(i, f'kk{h}')});"
+            *[f"  const tsmm_tf32_pair a{i}_{h} = tsmm_split_tf32({_staged_a(spec, f'row{i}', f'kk{h}')});"
               for h in (0, 1) for i in range(tm)],
             *[f"  const tsmm_tf32_pair b{j}_{h} = tsmm_split_tf32(sx[kk{h} * {xs} + {j * 8} + lane / 4]);"
               for h in (0, 1) for j in range(nb)],
@@ -904,7 +908,7 @@ def _emit_mma(spec: MtsmSpec, ar: _Arith) -> list[str]:
         steps = c.k_steps
         step = [
             "  const int kk = s * 4 + frag_k;  // this lane's entry of K",
-            *[f"  const double a{i} = {a_fragment(i, 'kk')};" for i in range(tm)],
+            *[f"  const double a{i} = {_staged_a(spec, f'row{i}', 'kk')};" for i in range(tm)],
             *[f"  const double b{j} = sx[kk * {xs} + {j * 8} + lane / 4];" for j in range(nb)],
             *["  " + line for line in dmma_products(tm, nb, lambda i, j: f"acc_{i}_{j}", lambda i: f"a{i}",
                                                     lambda j: f"b{j}")],
@@ -954,10 +958,6 @@ def _emit_wgmma(spec: MtsmSpec, ar: _Arith) -> list[str]:
     n8, chunk, xs = 8 * spec.n_blocks, spec.chunk, spec.x_stride
     tiles, k8, regs = spec.wgmma_tiles, spec.chunk // 8, 4 * spec.n_blocks
     split_floats = chunk * n8  # of the TF32 parts; as many remainders follow
-    if p.transpose_a:
-        a_fragment = lambda row, kk: f"sa[({kk}) * {spec.a_stride} + {row}]"  # noqa: E731
-    else:
-        a_fragment = lambda row, kk: f"sa[{row} * {spec.a_stride} + {kk}]"  # noqa: E731
     body = [
         "#if !defined(__CUDA_ARCH_FEAT_SM90_ALL)",
         '#error "MtsmConfig.wgmma needs sm_90a (wgmma)"',
@@ -993,7 +993,7 @@ def _emit_wgmma(spec: MtsmSpec, ar: _Arith) -> list[str]:
 
     fragments = [
         f"const tsmm_tf32_pair a{u}_{q}_{i}_{h} = tsmm_split_tf32("
-        f"{a_fragment(f'row{u}_{i}', f'{8 * q + 4 * h} + frag_k')});"
+        f"{_staged_a(spec, f'row{u}_{i}', f'{8 * q + 4 * h} + frag_k')});"
         for u in range(tiles) for q in range(k8) for h in (0, 1) for i in (0, 1)
     ]
     products = []
