@@ -21,7 +21,7 @@ roofline and XLA's time; where XLA wins, the entry says so and dispatch uses
 XLA. ab's fused update (``--ops ab_update``: V − Q C in place, against XLA's
 dot and a separate elementwise pass) has entries of its own, tuned alike.
 mtsm (``--ops mtsm,mtsm_t``, N from ``--shapes``) is tuned the same way
-over ``codegen.search.mtsm_candidates``, at M = K = 8192 and 16384 (its K
+over ``codegen.search.mtsm_candidates``, at M = K = 1024, 2048, 8192 and 16384 (its K
 ranges, MTSM_K_RANGES). Each K range is saved as it is done, so an interrupted
 run keeps its finished ranges and resumes past finished problems (``--again``
 tunes them anew, e.g. after new kernel options).
@@ -73,10 +73,12 @@ from jax_tsmm.codegen.search import candidates, is_valid, mtsm_candidates, mtsm_
 
 # K ranges as (k_min, K timed); None times the benchmark's size (1 GiB matrices).
 K_RANGES = ((0, 1 << 16), (1 << 18, 1 << 20), (1 << 22, None))
-# mtsm's, as (K from, M = K timed): the benchmark's smallest size, and its middle one
-# for the two larger (their kernels are alike, and a 30720-square matrix takes
-# four times as long to time).
-MTSM_K_RANGES = ((0, 8192), (16384, 16384))
+# mtsm's, as (K from, M = K timed): 1024 and 2048 for the sizes below the benchmark's
+# (their fixed costs weigh: on an H100 kernels timed at 8192 ran 0.82x XLA at 2048,
+# and kernels timed at 2048 0.74x at 1024), the benchmark's smallest size, and its
+# middle one for the two larger (their kernels are alike, and a 30720-square matrix
+# takes four times as long to time).
+MTSM_K_RANGES = ((0, 1024), (1536, 2048), (4096, 8192), (16384, 16384))
 MTSM_OPS = ("mtsm", "mtsm_t")
 K_ALIGNED = 1 << 22  # where the largest range's atb winner is timed against XLA once more
 # A candidate whose result differs from XLA's by more than this, relative in the

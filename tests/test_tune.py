@@ -414,6 +414,27 @@ def test_the_largest_range_timed_at_the_middle_ones_k_is_still_the_largest():
     assert tune.replace_ranges([large], [middle_entry], {1}) == [middle_entry, large]
 
 
+def test_shipped_mtsm_entries_serve_from_their_k_ranges():
+    """Each tuned mtsm entry of the shipped databases starts at the K of its range of
+    MTSM_K_RANGES and was timed at that range's size, so ranges added below (1024 and
+    2048 on 2026-11-27) moved the older entries' thresholds and indices with them;
+    bench-made entries serve from the size they timed."""
+    checked = 0
+    for path in sorted(_dispatch.TUNING_DIR.glob("*.json")):
+        for key, entries in json.loads(path.read_text())["entries"].items():
+            if key.split(":")[0] not in tune.MTSM_OPS:
+                continue
+            assert [entry["k_min"] for entry in entries] == sorted({entry["k_min"] for entry in entries})
+            for entry in entries:
+                if entry.get("source", "").startswith("bench"):
+                    assert entry["k_min"] == entry["k_tuned"]
+                else:
+                    index = tune.range_index(entry, tune.MTSM_K_RANGES)
+                    assert tune.MTSM_K_RANGES[index] == (entry["k_min"], entry["k_tuned"]), (path.name, key, entry)
+                    checked += 1
+    assert checked
+
+
 def test_xla_wins_at_power_of_two_k_are_recorded_on_the_serving_entries(tmp_path):
     """A K-sweep row of atb at a power-of-two K where XLA was faster marks the entry
     that served it, if that entry still holds the kernel timed (configs compared
