@@ -154,9 +154,9 @@ def select(dtype, transpose_a: bool, n: int, conj: bool, k: int, arch: str = "sm
     ranges of the contracted length K), and complex128 widths that would bind the
     FMA units (XLA's ZGEMM runs on the FP64 tensor cores there, as the float64
     and float32 kernels do; XLA's complex64 has no such path at HIGHEST
-    precision). Untuned
-    problems take the model's configuration; a forced spec (the tuner's) serves
-    its problem."""
+    precision). An untuned N takes XLA's dot where the tuned widths nearest it on
+    either side both chose XLA at K (``_tuned_neighbours_chose_xla``), else the
+    model's configuration; a forced spec (the tuner's) serves its problem."""
     dtype = np.dtype(dtype).name
     if dtype not in KERNEL_DTYPES or not 1 <= n <= mtsm_codegen.MAX_N:
         return None
@@ -170,7 +170,29 @@ def select(dtype, transpose_a: bool, n: int, conj: bool, k: int, arch: str = "sm
         return None if config is None else mtsm_codegen.MtsmSpec(problem, mtsm_codegen.MtsmConfig(**config))
     if dtype == "complex128" and fma_bound(problem):
         return None
+    if _tuned_neighbours_chose_xla(transpose_a, dtype, n, k, arch, device):
+        return None
     return mtsm_codegen.MtsmSpec(problem, mtsm_codegen.default_config(problem))
+
+
+def _tuned_neighbours_chose_xla(transpose_a: bool, dtype: str, n: int, k: int, arch: str, device: str) -> bool:
+    """Whether the tuned widths nearest N below and above it (8 and 16 for 12) both
+    chose XLA's dot at K. An untuned width's kernel was timed nowhere, while its
+    neighbours tell where XLA's GEMM is the faster one, which varies with dtype,
+    layout and K more than with N: on an H100 (2026-11-27) XLA won float64 at
+    every tuned N at K = 1024 but N = 2, and complex64 at N = 32 and 64 at every K,
+    as it won float64 A X at 8192 but at N = 32."""
+    def key(width: int) -> str:
+        return _dispatch.mtsm_key(transpose_a, dtype, width)
+
+    database = _dispatch.database(arch, device)
+    widths = [width for width in range(1, mtsm_codegen.MAX_N + 1) if key(width) in database]
+    below = [width for width in widths if width < n]
+    above = [width for width in widths if width > n]
+    if not below or not above:
+        return False
+    entries = [_dispatch.tuned(key(width), k, arch, device) for width in (below[-1], above[0])]
+    return all(entry is not None and entry["config"] is None for entry in entries)
 
 
 def _kernel_batch(operand_batch, out_batch) -> bool:

@@ -22,7 +22,8 @@ ignoring the tuning database, which is how the database is rebuilt
 (``python -m jax_tsmm.tune --from-bench``).
 
 ``--ops mtsm`` adds the large × skinny products (``jax_tsmm.mtsm``, op "mtsm" for
-A X and "mtsm_t" for Aᵀ X): M = K in MTSM_SIZES (``--mtsm-sizes``), N in MTSM_WIDTHS, against
+A X and "mtsm_t" for Aᵀ X): M = K in MTSM_SIZES (``--mtsm-sizes``), N in MTSM_WIDTHS
+(``--mtsm-widths``), against
 ``jnp.matmul`` at HIGHEST precision, as % of the read roofline (one read of A
 and X, or the FLOP peak where that binds).
 """
@@ -247,7 +248,7 @@ def timed_kernel(op: str, dtype, m: int, n: int, k: int):
 
 
 def kernels_to_time(ops, dtypes, shapes, sweep_widths, sweep_ks, model: bool,
-                    mtsm_sizes=MTSM_SIZES) -> list:
+                    mtsm_sizes=MTSM_SIZES, mtsm_widths=MTSM_WIDTHS) -> list:
     """Every kernel a run of these rows, K sweep (empty ``sweep_widths``: none) and,
     with op "mtsm", mtsm grid times, each once: compiled in parallel before the
     first timing (the K sweep's, one at a time as they came, had held the GPU idle)."""
@@ -259,7 +260,7 @@ def kernels_to_time(ops, dtypes, shapes, sweep_widths, sweep_ks, model: bool,
                   for op in tall_ops if k * w * np.dtype(d).itemsize <= SWEEP_MAX_BYTES]
         if "mtsm" in ops:
             specs += [_mtsm.select(d, t, n, False, size, _cuda.arch(), _cuda.device_kind())
-                      for d in dtypes for t in (False, True) for n in MTSM_WIDTHS for size in mtsm_sizes]
+                      for d in dtypes for t in (False, True) for n in mtsm_widths for size in mtsm_sizes]
     return [spec for spec in dict.fromkeys(specs) if spec is not None]
 
 
@@ -326,16 +327,16 @@ def mtsm_operand_sets(dtype, size: int, n: int, seed: int) -> list[tuple]:
     return [(_random(next(keys), (size, size), dtype), _random(next(keys), (size, n), dtype)) for _ in range(count)]
 
 
-def mtsm_rows(dtypes, ceilings: dict, model: bool = False, sizes=MTSM_SIZES) -> list[dict]:
-    """Every (dtype, M = K in ``sizes``, N, transpose_a) of the mtsm grid; one pair
-    of A matrices per dtype and size serves both layouts and every N."""
+def mtsm_rows(dtypes, ceilings: dict, model: bool = False, sizes=MTSM_SIZES, widths=MTSM_WIDTHS) -> list[dict]:
+    """Every (dtype, M = K in ``sizes``, N in ``widths``, transpose_a) of the mtsm
+    grid; one pair of A matrices per dtype and size serves both layouts and every N."""
     rows = []
     for dtype in dtypes:
         for size in sizes:
-            count = mtsm_set_count(dtype, size, max(MTSM_WIDTHS))
-            keys = jax.random.split(jax.random.key(size), count + len(MTSM_WIDTHS))
+            count = mtsm_set_count(dtype, size, max(widths))
+            keys = jax.random.split(jax.random.key(size), count + len(widths))
             matrices = [_random(keys[i], (size, size), dtype) for i in range(count)]
-            for width, key in zip(MTSM_WIDTHS, keys[count:]):
+            for width, key in zip(widths, keys[count:]):
                 xs = [_random(k, (size, width), dtype) for k in jax.random.split(key, count)]
                 sets = list(zip(matrices, xs))
                 best = mtsm_roofline_seconds(dtype, size, width, size, ceilings)
@@ -497,6 +498,8 @@ def main(argv=None) -> None:
     parser.add_argument("--no-pairs", action="store_true", help="skip the M != N pairs")
     parser.add_argument("--mtsm-sizes", default=",".join(map(str, MTSM_SIZES)),
                         help="mtsm's M = K values (with --ops mtsm)")
+    parser.add_argument("--mtsm-widths", default=",".join(map(str, MTSM_WIDTHS)),
+                        help="mtsm's N values, e.g. 1-64 or 3,12,24 (with --ops mtsm)")
     parser.add_argument("--k-sweep", action="store_true", help="add the ramp-up with K")
     parser.add_argument("--k-sweep-widths", default="8", help="M = N values of the K sweep")
     parser.add_argument("--k-sweep-k", default=",".join(map(str, K_SWEEP)), help="K values of the K sweep")
@@ -518,6 +521,7 @@ def main(argv=None) -> None:
     sweep_widths = parse_widths(args.k_sweep_widths) if args.k_sweep else []
     sweep_ks = [int(k) for k in args.k_sweep_k.split(",")]
     mtsm_sizes = [int(size) for size in args.mtsm_sizes.split(",")]
+    mtsm_widths = parse_widths(args.mtsm_widths)
 
     print(f"{device.device_kind}, jax {jax.__version__}, {datetime.date.today()}", flush=True)
     ceilings = measure_ceilings()
@@ -526,7 +530,7 @@ def main(argv=None) -> None:
         + ", ".join(f"{k} {v / 1e12:.1f} TFLOP/s" for k, v in ceilings["peak_flops"].items() if k.startswith("float")),
         flush=True,
     )
-    kernels = kernels_to_time(ops, dtypes, shapes, sweep_widths, sweep_ks, args.model, mtsm_sizes)
+    kernels = kernels_to_time(ops, dtypes, shapes, sweep_widths, sweep_ks, args.model, mtsm_sizes, mtsm_widths)
     _kernels.precompile(kernels, _cuda.arch())  # in parallel, before any timing
     problems = [(op, d, m, n) for d in dtypes for op in tall_ops for m, n in shapes]
     rows = []
@@ -536,7 +540,7 @@ def main(argv=None) -> None:
         print(f"[{index + 1}/{len(problems)}] ", end="")
         _print_row(row)
     if "mtsm" in ops:
-        rows += mtsm_rows(dtypes, ceilings, args.model, mtsm_sizes)
+        rows += mtsm_rows(dtypes, ceilings, args.model, mtsm_sizes, mtsm_widths)
     sweep = k_sweep(ceilings, tall_ops, dtypes, sweep_widths, sweep_ks, args.model)
     report = {
         "device": device.device_kind, "date": str(datetime.date.today()), "jax": jax.__version__,

@@ -115,3 +115,7 @@ def test_the_kernels_of_rows_sweep_and_mtsm_grid_are_gathered_once():
     expected |= {_mtsm.select(dtype, t, n, False, size, "sm_90") for t in (False, True)
                  for n in bench.MTSM_WIDTHS for size in bench.MTSM_SIZES}
     assert len(set(kernels)) == len(kernels) and set(kernels) == expected - {None}
+    float32 = np.dtype("float32")
+    grid = bench.kernels_to_time(["mtsm"], [float32], [], [], [], False, mtsm_sizes=[2048], mtsm_widths=[3, 12])
+    expected = {_mtsm.select(float32, t, n, False, 2048, "sm_90") for t in (False, True) for n in (3, 12)} - {None}
+    assert expected and set(grid) == expected

@@ -569,6 +569,26 @@ def test_selection():
     assert mtsm_select("float32", True, 65, False, 8192) is None
 
 
+def test_an_untuned_width_follows_its_tuned_neighbours_to_xla(monkeypatch):
+    """N = 12, untuned, takes XLA's dot at K where the nearest tuned widths, 8 and 16,
+    both chose it, and the model's kernel where either chose a kernel, where a side
+    has no tuned width, and under model_only."""
+    kernel_16 = dataclasses.asdict(mtsm_codegen.default_config(mtsm_codegen.MtsmProblem(False, "float32", 16)))
+    entries = {_dispatch.mtsm_key(False, "float32", 8): [{"k_min": 0, "config": None}],
+               _dispatch.mtsm_key(False, "float32", 16): [{"k_min": 0, "config": None},
+                                                          {"k_min": 4096, "config": kernel_16}],
+               _dispatch.mtsm_key(False, "float32", 1): [{"k_min": 0, "config": None}]}
+    monkeypatch.setattr(_dispatch, "_database_file", lambda path: entries if path.name == "sm_90.json" else {})
+    model_12 = mtsm_codegen.default_config(mtsm_codegen.MtsmProblem(False, "float32", 12))
+    assert mtsm_select("float32", False, 12, False, 1000) is None
+    assert mtsm_select("float32", False, 12, False, 8192).config == model_12
+    assert mtsm_select("float32", False, 4, False, 1000) is None  # between 1 and 8
+    assert mtsm_select("float32", False, 20, False, 1000) is not None  # nothing tuned above 16
+    assert mtsm_select("float32", True, 12, False, 1000) is not None  # Aᵀ X: nothing tuned
+    with _dispatch.model_only():
+        assert mtsm_select("float32", False, 12, False, 1000).config == model_12
+
+
 def compile_for_sm90(tmp_path, specs) -> tuple[str, subprocess.CompletedProcess]:
     """(the module's source, nvcc's run with ptxas's register and spill report) for sm_90."""
     source = tmp_path / "mtsm.cu"
