@@ -147,15 +147,16 @@ def fma_bound(problem: mtsm_codegen.MtsmProblem) -> bool:
     return mtsm_codegen.fma_utilization(problem) > 1
 
 
-def select(dtype, transpose_a: bool, n: int, conj: bool, k: int, arch: str = "sm_90",
+def select(dtype, transpose_a: bool, n: int, conj: bool, size: int, arch: str = "sm_90",
            device: str = "") -> mtsm_codegen.MtsmSpec | None:
     """The kernel for this problem, or None for XLA's dot: half precision, N
     outside 1..MAX_N, where the tuning database says XLA measured faster (by
-    ranges of the contracted length K), and complex128 widths that would bind the
+    ranges of ``size``, the M = K of the square problem the tuner timed; a call's
+    is ``problem_size``), and complex128 widths that would bind the
     FMA units (XLA's ZGEMM runs on the FP64 tensor cores there, as the float64
     and float32 kernels do; XLA's complex64 has no such path at HIGHEST
     precision). An untuned N takes XLA's dot where the tuned widths nearest it on
-    either side both chose XLA at K (``_tuned_neighbours_chose_xla``), else the
+    either side both chose XLA at that size (``_tuned_neighbours_chose_xla``), else the
     model's configuration; a forced spec (the tuner's) serves its problem."""
     dtype = np.dtype(dtype).name
     if dtype not in KERNEL_DTYPES or not 1 <= n <= mtsm_codegen.MAX_N:
@@ -164,24 +165,24 @@ def select(dtype, transpose_a: bool, n: int, conj: bool, k: int, arch: str = "sm
     spec = _dispatch.forced_spec(problem)
     if spec is not None:
         return spec
-    entry = _dispatch.tuned(_dispatch.mtsm_key(transpose_a, dtype, n), k, arch, device)
+    entry = _dispatch.tuned(_dispatch.mtsm_key(transpose_a, dtype, n), size, arch, device)
     if entry is not None:
         config = entry["config"]
         return None if config is None else mtsm_codegen.MtsmSpec(problem, mtsm_codegen.MtsmConfig(**config))
     if dtype == "complex128" and fma_bound(problem):
         return None
-    if _tuned_neighbours_chose_xla(transpose_a, dtype, n, k, arch, device):
+    if _tuned_neighbours_chose_xla(transpose_a, dtype, n, size, arch, device):
         return None
     return mtsm_codegen.MtsmSpec(problem, mtsm_codegen.default_config(problem))
 
 
-def _tuned_neighbours_chose_xla(transpose_a: bool, dtype: str, n: int, k: int, arch: str, device: str) -> bool:
+def _tuned_neighbours_chose_xla(transpose_a: bool, dtype: str, n: int, size: int, arch: str, device: str) -> bool:
     """Whether the tuned widths nearest N below and above it (8 and 16 for 12) both
-    chose XLA's dot at K. An untuned width's kernel was timed nowhere, while its
-    neighbours tell where XLA's GEMM is the faster one, which varies with dtype,
-    layout and K more than with N: on an H100 (2026-11-27) XLA won float64 at
-    every tuned N at K = 1024 but N = 2, and complex64 at N = 32 and 64 at every K,
-    as it won float64 A X at 8192 but at N = 32."""
+    chose XLA's dot at ``size``. An untuned width's kernel was timed nowhere, while
+    its neighbours tell where XLA's GEMM is the faster one, which varies with dtype,
+    layout and size more than with N: on an H100 (2026-11-27) XLA won float64 at
+    every tuned N at M = K = 1024 but N = 2, and complex64 at N = 32 and 64 at every
+    size, as it won float64 A X at 8192 but at N = 32."""
     def key(width: int) -> str:
         return _dispatch.mtsm_key(transpose_a, dtype, width)
 
@@ -191,8 +192,18 @@ def _tuned_neighbours_chose_xla(transpose_a: bool, dtype: str, n: int, k: int, a
     above = [width for width in widths if width > n]
     if not below or not above:
         return False
-    entries = [_dispatch.tuned(key(width), k, arch, device) for width in (below[-1], above[0])]
+    entries = [_dispatch.tuned(key(width), size, arch, device) for width in (below[-1], above[0])]
     return all(entry is not None and entry["config"] is None for entry in entries)
+
+
+def problem_size(batch: int, m: int, k: int) -> int:
+    """The M = K of the square problem with as many elements of A as this call's,
+    batch items included (one launch serves them all): the tuner times each
+    range at one square size, and what sets a call's best kernel, and whether
+    XLA's dot beats it, is mostly how much of A it streams. By K alone, an
+    A of 10^6 x 1024 would take the choice timed at 1024 x 1024, where fixed
+    costs rule and XLA's dot won most problems (H100, 2026-11-27)."""
+    return math.isqrt(batch * m * k)
 
 
 def _kernel_batch(operand_batch, out_batch) -> bool:
@@ -222,7 +233,8 @@ def _mtsm_cuda_lowering(ctx, a, x, *, transpose_a, conj):
     if (m * n * batch * k > 0 and batch <= MAX_BATCH and _per_device(ctx)
             and _kernel_batch(a_aval.shape[:-2], out_batch)
             and _kernel_batch(x_aval.shape[:-2], out_batch)):
-        spec = select(a_aval.dtype, transpose_a, n, conj, k, _cuda.arch(), _cuda.device_kind())
+        spec = select(a_aval.dtype, transpose_a, n, conj, problem_size(batch, m, k), _cuda.arch(),
+                      _cuda.device_kind())
     if spec is None or not _cuda.register_targets():
         return mlir.lower_fun(mtsm_xla, multiple_results=False)(ctx, a, x, transpose_a=transpose_a, conj=conj)
     splits = mtsm_codegen.splits(spec, m, k, batch, _cuda.multiprocessors())

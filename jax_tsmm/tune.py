@@ -419,7 +419,7 @@ def entries_from_bench(reports: list[dict]) -> dict[str, list[dict]]:
     for k_min, row, report in rows:
         if row.get("config") is None:
             continue
-        if row["op"] in ("mtsm", "mtsm_t"):  # ranges of the contracted length, as timed
+        if row["op"] in ("mtsm", "mtsm_t"):  # ranges of the square size timed (_mtsm.problem_size)
             k_min = row["K"]
             key = _dispatch.mtsm_key(row["op"] == "mtsm_t", row["dtype"], row["N"])
         else:

@@ -22,7 +22,7 @@ from jax import lax
 from jax.test_util import check_grads
 
 import jax_tsmm
-from jax_tsmm import _dispatch, _kernels
+from jax_tsmm import _dispatch, _kernels, _mtsm
 from jax_tsmm._mtsm import mtsm_p
 from jax_tsmm._mtsm import select as mtsm_select
 from jax_tsmm.codegen import mtsm as mtsm_codegen
@@ -579,6 +579,7 @@ def test_an_untuned_width_follows_its_tuned_neighbours_to_xla(monkeypatch):
                                                           {"k_min": 4096, "config": kernel_16}],
                _dispatch.mtsm_key(False, "float32", 1): [{"k_min": 0, "config": None}]}
     monkeypatch.setattr(_dispatch, "_database_file", lambda path: entries if path.name == "sm_90.json" else {})
+    monkeypatch.setattr(_dispatch, "_model_only", [])  # out of the module-scoped model_kernels
     model_12 = mtsm_codegen.default_config(mtsm_codegen.MtsmProblem(False, "float32", 12))
     assert mtsm_select("float32", False, 12, False, 1000) is None
     assert mtsm_select("float32", False, 12, False, 8192).config == model_12
@@ -692,13 +693,24 @@ def test_cuda_lowering_falls_back_to_xla(a, x):
 
 @needs_extension
 def test_cuda_lowering_follows_the_tuning_database(monkeypatch):
-    """Where the bench measured XLA faster (by ranges of K), mtsm lowers to XLA's dot."""
+    """Where the tuner measured XLA faster (by ranges of the call's size, the M = K
+    of the square problem with as many elements of A, batch included), mtsm lowers
+    to XLA's dot."""
     from jax_tsmm import _dispatch
 
     key = _dispatch.mtsm_key(False, "float32", 5)
     config = dataclasses.asdict(mtsm_codegen.default_config(mtsm_codegen.MtsmProblem(False, "float32", 5)))
     entries = {key: [{"k_min": 1000, "config": config}, {"k_min": 100_000, "config": None}]}
     monkeypatch.setattr(_dispatch, "database", lambda *_: entries)
-    for k, kernel in ((10, True), (5000, True), (100_000, False)):
-        hlo = cuda_hlo(jax_tsmm.mtsm, jnp.ones((300, k), jnp.float32), jnp.ones((k, 5), jnp.float32))
-        assert ("tsmm_mtsm" in hlo) == kernel, k
+    for a_shape, kernel in (((300, 10), True), ((3000, 5000), True), ((100_000, 100_000), False),
+                            ((10_000_000, 1000), False), ((1000, 10_000_000), False), ((100, 10_000, 10_000), False),
+                            ((99_999, 99_999), True)):
+        a = jax.ShapeDtypeStruct(a_shape, jnp.float32)
+        x = jax.ShapeDtypeStruct((*a_shape[:-2], a_shape[-1], 5), jnp.float32)
+        assert ("tsmm_mtsm" in cuda_hlo(jax_tsmm.mtsm, a, x)) == kernel, a_shape
+
+
+def test_a_calls_size_is_the_square_with_as_many_elements_of_a():
+    assert _mtsm.problem_size(1, 8192, 8192) == 8192
+    assert _mtsm.problem_size(1, 1 << 20, 1024) == _mtsm.problem_size(64, 4096, 4096) == 32768
+    assert _mtsm.problem_size(1, 1000, 1001) == 1000
