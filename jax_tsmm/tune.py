@@ -73,11 +73,12 @@ from jax_tsmm.codegen.search import candidates, is_valid, mtsm_candidates, mtsm_
 
 # K ranges as (k_min, K timed); None times the benchmark's size (1 GiB matrices).
 K_RANGES = ((0, 1 << 16), (1 << 18, 1 << 20), (1 << 22, None))
-# mtsm's, as (K from, M = K timed): 1024 and 2048 for the sizes below the benchmark's
-# (their fixed costs weigh: on an H100 kernels timed at 8192 ran 0.82x XLA at 2048,
-# and kernels timed at 2048 0.74x at 1024), the benchmark's smallest size, and its
-# middle one for the two larger (their kernels are alike, and a 30720-square matrix
-# takes four times as long to time).
+# mtsm's, as (from a call's size, M = K timed), a call's size being the M = K of the
+# square problem with as many elements of A (_mtsm.problem_size): 1024 and 2048 for
+# the sizes below the benchmark's (their fixed costs weigh: on an H100 kernels timed
+# at 8192 ran 0.82x XLA at 2048, and kernels timed at 2048 0.74x at 1024), the
+# benchmark's smallest size, and its middle one for the two larger (their kernels are
+# alike, and a 30720-square matrix takes four times as long to time).
 MTSM_K_RANGES = ((0, 1024), (1536, 2048), (4096, 8192), (16384, 16384))
 MTSM_OPS = ("mtsm", "mtsm_t")
 K_ALIGNED = 1 << 22  # where the largest range's atb winner is timed against XLA once more

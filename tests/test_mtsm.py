@@ -570,7 +570,7 @@ def test_selection():
 
 
 def test_an_untuned_width_follows_its_tuned_neighbours_to_xla(monkeypatch):
-    """N = 12, untuned, takes XLA's dot at K where the nearest tuned widths, 8 and 16,
+    """N = 12, untuned, takes XLA's dot at a size where the nearest tuned widths, 8 and 16,
     both chose it, and the model's kernel where either chose a kernel, where a side
     has no tuned width, and under model_only."""
     kernel_16 = dataclasses.asdict(mtsm_codegen.default_config(mtsm_codegen.MtsmProblem(False, "float32", 16)))
