@@ -462,23 +462,47 @@ def plot(rows: list[dict], path: str, device: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    panels = sorted({(r["op"], r["dtype"]) for r in rows if r["op"] not in MTSM_OPS})  # M = N plots
+    square_panels = sorted({(r["op"], r["dtype"]) for r in rows if r["op"] not in MTSM_OPS})
+    mtsm_panels = sorted({(r["op"], r["dtype"]) for r in rows if r["op"] in MTSM_OPS})
+    panels = square_panels + mtsm_panels
     fig, axes = plt.subplots(len(panels), 1, figsize=(8, 3 * len(panels)), squeeze=False)
     for ax, (op, dtype) in zip(axes[:, 0], panels):
-        square = sorted((r for r in rows if (r["op"], r["dtype"]) == (op, dtype) and r["M"] == r["N"]),
-                        key=lambda r: r["M"])
-        widths = [r["M"] for r in square]
-        ax.plot(widths, [r["tsmm_pct"] for r in square], "o-", ms=3, label="jax_tsmm")
-        ax.plot(widths, [r["xla_pct"] for r in square], "s-", ms=3, label="XLA dot")
+        panel_rows = [r for r in rows if (r["op"], r["dtype"]) == (op, dtype)]
+        if op in MTSM_OPS:
+            _plot_mtsm_panel(ax, panel_rows, f"{ {'mtsm': 'A X', 'mtsm_t': 'Aᵀ X'}[op]} {dtype}")
+        else:
+            _plot_square_panel(ax, panel_rows, f"{ {'atb': 'Aᵀ B', 'ab': 'A C', 'ab_update': 'V − Q C'}[op]} {dtype}")
         ax.set_ylim(0, 110)
         ax.axhline(90, color="gray", lw=0.5, ls="--")
-        ax.set_title(f"{ {'atb': 'Aᵀ B', 'ab': 'A C', 'ab_update': 'V − Q C'}[op]} {dtype}, M = N")
-        ax.set_xlabel("M = N")
         ax.set_ylabel("% of roofline")
-        ax.legend()
+        ax.legend(fontsize="small")
     fig.suptitle(device)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
+
+
+def _plot_square_panel(ax, rows: list[dict], title: str) -> None:
+    """% of roofline against M = N, both libraries (the papers' figures)."""
+    square = sorted((r for r in rows if r["M"] == r["N"]), key=lambda r: r["M"])
+    widths = [r["M"] for r in square]
+    ax.plot(widths, [r["tsmm_pct"] for r in square], "o-", ms=3, label="jax_tsmm")
+    ax.plot(widths, [r["xla_pct"] for r in square], "s-", ms=3, label="XLA dot")
+    ax.set_title(f"{title}, M = N")
+    ax.set_xlabel("M = N")
+
+
+def _plot_mtsm_panel(ax, rows: list[dict], title: str) -> None:
+    """% of the read roofline against N, a colour per M = K, both libraries."""
+    for index, size in enumerate(sorted({r["M"] for r in rows})):
+        grid = sorted((r for r in rows if r["M"] == size), key=lambda r: r["N"])
+        widths = [r["N"] for r in grid]
+        ax.plot(widths, [r["tsmm_pct"] for r in grid], "o-", ms=3, color=f"C{index}", label=f"jax_tsmm {size}")
+        ax.plot(widths, [r["xla_pct"] for r in grid], "s--", ms=3, color=f"C{index}", label=f"XLA dot {size}")
+    ax.set_xscale("log", base=2)
+    widths = sorted({r["N"] for r in rows})
+    ax.set_xticks(widths, [str(n) for n in widths])
+    ax.set_title(f"{title}, M = K")
+    ax.set_xlabel("N")
 
 
 def parse_widths(text: str) -> list[int]:
@@ -550,9 +574,8 @@ def main(argv=None) -> None:
         json.dump(report, f, indent=1)
     with open(args.json.removesuffix(".json") + ".md", "w") as f:
         f.write(markdown(report))
-    if any(r["op"] not in MTSM_OPS for r in rows):
-        plot(rows, args.plot, f"{device.device_kind} ({datetime.date.today()})")
     if rows:
+        plot(rows, args.plot, f"{device.device_kind} ({datetime.date.today()})")
         print(summary(rows))
 
 

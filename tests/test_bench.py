@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 
 import numpy as np
+import pytest
 
 from jax_tsmm import _mtsm, bench
 from jax_tsmm.codegen import Config
@@ -119,3 +120,18 @@ def test_the_kernels_of_rows_sweep_and_mtsm_grid_are_gathered_once():
     grid = bench.kernels_to_time(["mtsm"], [float32], [], [], [], False, mtsm_sizes=[2048], mtsm_widths=[3, 12])
     expected = {_mtsm.select(float32, t, n, False, 2048, "sm_90") for t in (False, True) for n in (3, 12)} - {None}
     assert expected and set(grid) == expected
+
+
+def test_the_plot_has_a_panel_per_op_and_dtype_mtsm_included(tmp_path):
+    """One panel (3 inches at 120 dpi) per op and dtype: the M = N sweeps and each
+    mtsm layout, whose panel draws a line per M = K and library."""
+    pytest.importorskip("matplotlib")
+    rows = [dict(_row(None), op=op, dtype=dtype, M=w, N=w) for op, dtype in (("atb", "float64"), ("ab", "float64"))
+            for w in (1, 2, 3)]
+    rows += [dict(_row(None), op=op, M=size, K=size, N=n) for op in bench.MTSM_OPS for size in (2048, 8192)
+             for n in (1, 2, 4)]
+    path = tmp_path / "bench.png"
+    bench.plot(rows, str(path), "GPU")
+    header = path.read_bytes()[:24]
+    assert header[:8] == b"\x89PNG\r\n\x1a\n"
+    assert int.from_bytes(header[20:24], "big") == 4 * 3 * 120  # height: four panels
