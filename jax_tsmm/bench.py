@@ -25,7 +25,8 @@ ignoring the tuning database, which is how the database is rebuilt
 A X and "mtsm_t" for Aᵀ X): M = K in MTSM_SIZES (``--mtsm-sizes``), N in MTSM_WIDTHS
 (``--mtsm-widths``), against
 ``jnp.matmul`` at HIGHEST precision, as % of the read roofline (one read of A
-and X, or the FLOP peak where that binds).
+and X, or the FLOP peak where that binds), with a panel of the plot per layout
+and dtype.
 """
 
 from __future__ import annotations
