@@ -466,7 +466,7 @@ def plot(rows: list[dict], path: str, device: str) -> None:
     square_panels = sorted({(r["op"], r["dtype"]) for r in rows if r["op"] not in MTSM_OPS})
     mtsm_panels = sorted({(r["op"], r["dtype"]) for r in rows if r["op"] in MTSM_OPS})
     panels = square_panels + mtsm_panels
-    fig, axes = plt.subplots(len(panels), 1, figsize=(8, 3 * len(panels)), squeeze=False)
+    fig, axes = plt.subplots(len(panels), 1, figsize=(8, 3 * len(panels)), squeeze=False, layout="constrained")
     for ax, (op, dtype) in zip(axes[:, 0], panels):
         panel_rows = [r for r in rows if (r["op"], r["dtype"]) == (op, dtype)]
         if op in MTSM_OPS:
@@ -478,7 +478,6 @@ def plot(rows: list[dict], path: str, device: str) -> None:
         ax.set_ylabel("% of roofline")
         ax.legend(fontsize="small")
     fig.suptitle(device)
-    fig.tight_layout()
     fig.savefig(path, dpi=120)
 
 
