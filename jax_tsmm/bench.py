@@ -35,6 +35,7 @@ import argparse
 import contextlib
 import dataclasses
 import datetime
+import itertools
 import json
 import math
 import statistics
@@ -257,8 +258,8 @@ def kernels_to_time(ops, dtypes, shapes, sweep_widths, sweep_ks, model: bool,
     with dispatch_context(model):
         specs = [timed_kernel(op, d, m, n, problem_rows(m, n, d)) for d in dtypes for op in tall_ops
                  for m, n in shapes]
-        specs += [timed_kernel(op, d, w, w, k) for d in dtypes for w in sweep_widths for k in sweep_ks
-                  for op in tall_ops if k * w * np.dtype(d).itemsize <= SWEEP_MAX_BYTES]
+        specs += [timed_kernel(op, d, w, w, k) for d, w, k in sweep_points(dtypes, sweep_widths, sweep_ks)
+                  for op in tall_ops]
         if "mtsm" in ops:
             specs += [_mtsm.select(d, t, n, False, size, _cuda.arch(), _cuda.device_kind())
                       for d in dtypes for t in (False, True) for n in mtsm_widths for size in mtsm_sizes]
@@ -328,9 +329,11 @@ def mtsm_operand_sets(dtype, size: int, n: int, seed: int) -> list[tuple]:
     return [(_random(next(keys), (size, size), dtype), _random(next(keys), (size, n), dtype)) for _ in range(count)]
 
 
-def mtsm_rows(dtypes, ceilings: dict, model: bool = False, sizes=MTSM_SIZES, widths=MTSM_WIDTHS) -> list[dict]:
+def mtsm_rows(dtypes, ceilings: dict, model: bool = False, sizes=MTSM_SIZES, widths=MTSM_WIDTHS,
+              show=lambda row: None) -> list[dict]:
     """Every (dtype, M = K in ``sizes``, N in ``widths``, transpose_a) of the mtsm
-    grid; one pair of A matrices per dtype and size serves both layouts and every N."""
+    grid, each passed to ``show`` as it is timed; one pair of A matrices per dtype
+    and size serves both layouts and every N."""
     rows = []
     for dtype in dtypes:
         for size in sizes:
@@ -356,7 +359,7 @@ def mtsm_rows(dtypes, ceilings: dict, model: bool = False, sizes=MTSM_SIZES, wid
                         "speedup": xla_s / ours_s,
                     }
                     rows.append(row)
-                    _print_row(row)
+                    show(row)
             del matrices
     return rows
 
@@ -365,19 +368,21 @@ K_SWEEP = tuple(1 << log_k for log_k in range(10, 29, 2))
 SWEEP_MAX_BYTES = 4 * GIB  # of a tall matrix in the K sweep
 
 
-def k_sweep(ceilings: dict, ops, dtypes, widths, ks=K_SWEEP, model: bool = False) -> list[dict]:
-    """Ramp-up with K (at most 4 GiB a tall matrix) for each op, dtype and M = N
-    in ``widths``."""
+def sweep_points(dtypes, widths, ks) -> list[tuple]:
+    """The (dtype, M = N, K) of the K sweep: K up to SWEEP_MAX_BYTES a tall matrix."""
+    return [(dtype, width, k) for dtype in dtypes for width in widths for k in ks
+            if k * width * np.dtype(dtype).itemsize <= SWEEP_MAX_BYTES]
+
+
+def k_sweep(ceilings: dict, ops, dtypes, widths, ks=K_SWEEP, model: bool = False,
+            show=lambda row: None) -> list[dict]:
+    """Ramp-up with K for each op, dtype and M = N in ``widths`` (``sweep_points``),
+    each row passed to ``show`` as it is timed."""
     rows = []
-    for dtype in dtypes:
-        for width in widths:
-            for k in ks:
-                if k * width * np.dtype(dtype).itemsize > SWEEP_MAX_BYTES:
-                    break
-                for op in ops:
-                    row = bench_shape(op, dtype, width, width, k, ceilings, model)
-                    rows.append(row)
-                    _print_row(row)
+    for dtype, width, k in sweep_points(dtypes, widths, ks):
+        for op in ops:
+            rows.append(bench_shape(op, dtype, width, width, k, ceilings, model))
+            show(rows[-1])
     return rows
 
 
@@ -557,15 +562,21 @@ def main(argv=None) -> None:
     kernels = kernels_to_time(ops, dtypes, shapes, sweep_widths, sweep_ks, args.model, mtsm_sizes, mtsm_widths)
     _kernels.precompile(kernels, _cuda.arch())  # in parallel, before any timing
     problems = [(op, d, m, n) for d in dtypes for op in tall_ops for m, n in shapes]
-    rows = []
-    for index, (op, dtype, m, n) in enumerate(problems):
-        row = bench_shape(op, dtype, m, n, problem_rows(m, n, dtype), ceilings, args.model)
-        rows.append(row)
-        print(f"[{index + 1}/{len(problems)}] ", end="")
+    mtsm_count = 2 * len(dtypes) * len(mtsm_sizes) * len(mtsm_widths) if "mtsm" in ops else 0
+    total = len(problems) + mtsm_count + len(tall_ops) * len(sweep_points(dtypes, sweep_widths, sweep_ks))
+    counter = itertools.count(1)
+
+    def show(row: dict) -> None:  # progress: every row as it is timed, numbered
+        print(f"[{next(counter)}/{total}] ", end="")
         _print_row(row)
+
+    rows = []
+    for op, dtype, m, n in problems:
+        rows.append(bench_shape(op, dtype, m, n, problem_rows(m, n, dtype), ceilings, args.model))
+        show(rows[-1])
     if "mtsm" in ops:
-        rows += mtsm_rows(dtypes, ceilings, args.model, mtsm_sizes, mtsm_widths)
-    sweep = k_sweep(ceilings, tall_ops, dtypes, sweep_widths, sweep_ks, args.model)
+        rows += mtsm_rows(dtypes, ceilings, args.model, mtsm_sizes, mtsm_widths, show)
+    sweep = k_sweep(ceilings, tall_ops, dtypes, sweep_widths, sweep_ks, args.model, show)
     report = {
         "device": device.device_kind, "date": str(datetime.date.today()), "jax": jax.__version__,
         "ceilings": ceilings, "loop_seconds": LOOP_SECONDS, "rows": rows, "k_sweep": sweep,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 
 import numpy as np
 import pytest
@@ -135,3 +136,35 @@ def test_the_plot_has_a_panel_per_op_and_dtype_mtsm_included(tmp_path):
     header = path.read_bytes()[:24]
     assert header[:8] == b"\x89PNG\r\n\x1a\n"
     assert int.from_bytes(header[20:24], "big") == 4 * 3 * 120  # height: four panels
+
+
+def test_main_numbers_every_row_as_it_is_timed(monkeypatch, tmp_path, capsys):
+    """A whole run (its GPU faked, every call timed at 1 ms): the main rows, the mtsm
+    grid and the K sweep are numbered [i/total] as they come, then written out."""
+    pytest.importorskip("matplotlib")
+
+    class FakeGpu:
+        platform, device_kind = "gpu", "Fake GPU"
+
+    def devices(backend=None):
+        if backend is not None:
+            raise RuntimeError("no CUDA backend")  # _cuda's queries: lowering without a GPU
+        return [FakeGpu()]
+
+    ceilings = {"read_bytes_per_s": 1e12, "copy_bytes_per_s": 1e12,
+                "peak_flops": {d: 1e13 for d in ("float64", "float32", "complex128", "complex64")}}
+    monkeypatch.setattr(bench.jax, "devices", devices)
+    monkeypatch.setattr(bench, "measure_ceilings", lambda: ceilings)
+    monkeypatch.setattr(bench._kernels, "precompile", lambda specs, arch: None)
+    monkeypatch.setattr(bench, "operand_sets", lambda *args: [])  # the gigabyte inputs, never timed here
+    monkeypatch.setattr(bench, "seconds_per_call", lambda *args, **kwargs: 1e-3)
+    json_path = tmp_path / "run.json"
+    bench.main(["--dtypes", "float32", "--ops", "atb,mtsm", "--widths", "1,2", "--no-pairs",
+                "--mtsm-sizes", "64", "--mtsm-widths", "1,3", "--k-sweep", "--k-sweep-widths", "2",
+                "--k-sweep-k", "1024,2048,4096", "--json", str(json_path), "--plot", str(tmp_path / "run.png")])
+    numbered = [line.split("]")[0] + "]" for line in capsys.readouterr().out.splitlines() if line.startswith("[")]
+    total = 2 + 2 * 2 + 3  # atb at 1 and 2; mtsm's layouts at N = 1, 3; the sweep's K
+    assert numbered == [f"[{i}/{total}]" for i in range(1, total + 1)]
+    report = json.loads(json_path.read_text())
+    assert len(report["rows"]) == 2 + 4 and len(report["k_sweep"]) == 3
+    assert (tmp_path / "run.png").exists() and (tmp_path / "run.md").exists()
