@@ -580,9 +580,12 @@ def main(argv=None) -> None:
         start = time.monotonic()
 
         def save(entry: dict, key=key, table=table) -> None:
-            """Each range as it is done: a call's time limit cuts a problem, not its finished ranges."""
+            """Each range as it is done (a call's time limit cuts a problem, not its finished
+            ranges), naming the GPU and the day it was timed on: a file gathers many runs."""
+            today = str(datetime.date.today())
+            entry = {**entry, "device": device, "date": today}
             db["entries"][key] = replace_ranges(db["entries"].get(key, []), [entry], {entry["k_range"]}, table)
-            db["date"] = str(datetime.date.today())
+            db["date"] = today
             _save(path, db)
 
         tune_one(problem, ceilings, args.candidates, arch, ranges, args.refine, device, on_entry=save)

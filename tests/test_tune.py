@@ -5,6 +5,7 @@ database entries made from bench reports."""
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import json
 
 import jax.numpy as jnp
@@ -308,6 +309,7 @@ def test_each_k_range_is_saved_as_it_is_done(monkeypatch, tmp_path, fake_gpu):
         tune.main(["--ops", "atb", "--dtypes", "float64", "--shapes", "3", "--candidates", "1", "--db", str(db)])
     (entry,) = json.loads(db.read_text())["entries"]["atb:float64:3x3"]
     assert (entry["k_range"], entry["k_tuned"], entry["tsmm_s"]) == (0, 300, 1.0) and entry["config"] is not None
+    assert (entry["device"], entry["date"]) == ("GPU", str(datetime.date.today()))
 
 
 @pytest.mark.nvcc
