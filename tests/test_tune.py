@@ -259,8 +259,9 @@ def test_mtsm_problems_are_tuned_over_their_own_search(monkeypatch, tmp_path, fa
     tune.main(argv[:5] + ["2", *argv[6:], "--again"])  # tuned again where the database has it
     assert tuned[4:] == [MtsmProblem(t, "float64", 2) for t in (False, True)]
     written = json.loads(db.read_text())["entries"]
-    assert written == {key: entries[:1] for key in ("mtsm:float64:n2", "mtsm:float64:n8", "mtsm_t:float64:n2",
-                                                    "mtsm_t:float64:n8")}
+    saved = {**entries[0], "device": "GPU", "date": str(datetime.date.today())}
+    assert written == {key: [saved] for key in ("mtsm:float64:n2", "mtsm:float64:n8", "mtsm_t:float64:n2",
+                                                "mtsm_t:float64:n8")}
 
 
 @pytest.mark.nvcc
