@@ -316,17 +316,18 @@ def mtsm_operations(transpose_a: bool):
     return ours, lambda a, x: jnp.matmul(a, x, precision=highest)
 
 
-def mtsm_set_count(dtype, size: int, n: int) -> int:
-    """The operand sets of A (size, size) and X (size, n) a timed loop rotates."""
-    return set_count((size * size + size * n) * np.dtype(dtype).itemsize)
+def mtsm_set_count(dtype, m: int, k: int, n: int) -> int:
+    """The operand sets of A (M x K elements) and X (K, N) a timed loop rotates."""
+    return set_count((m * k + k * n) * np.dtype(dtype).itemsize)
 
 
-def mtsm_operand_sets(dtype, size: int, n: int, seed: int) -> list[tuple]:
-    """Sets of fresh random operands, A (size, size) and X (size, n), for either
-    layout (the tuner's; the bench shares its A matrices between widths)."""
-    count = mtsm_set_count(dtype, size, n)
+def mtsm_operand_sets(dtype, m: int, k: int, n: int, seed: int, transpose_a: bool = False) -> list[tuple]:
+    """Sets of fresh random operands, A (M, K), or (K, M) with ``transpose_a``, and
+    X (K, N) (the tuner's and scripts'; the bench shares its A matrices between widths)."""
+    count = mtsm_set_count(dtype, m, k, n)
     keys = iter(jax.random.split(jax.random.key(seed), 2 * count))
-    return [(_random(next(keys), (size, size), dtype), _random(next(keys), (size, n), dtype)) for _ in range(count)]
+    a_shape = (k, m) if transpose_a else (m, k)
+    return [(_random(next(keys), a_shape, dtype), _random(next(keys), (k, n), dtype)) for _ in range(count)]
 
 
 def mtsm_rows(dtypes, ceilings: dict, model: bool = False, sizes=MTSM_SIZES, widths=MTSM_WIDTHS,
@@ -337,7 +338,7 @@ def mtsm_rows(dtypes, ceilings: dict, model: bool = False, sizes=MTSM_SIZES, wid
     rows = []
     for dtype in dtypes:
         for size in sizes:
-            count = mtsm_set_count(dtype, size, max(widths))
+            count = mtsm_set_count(dtype, size, size, max(widths))
             keys = jax.random.split(jax.random.key(size), count + len(widths))
             matrices = [_random(keys[i], (size, size), dtype) for i in range(count)]
             for width, key in zip(widths, keys[count:]):

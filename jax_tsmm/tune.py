@@ -360,7 +360,7 @@ def tune_mtsm_problem(problem: MtsmProblem, ceilings: dict, limit: int, arch: st
     for index, (range_min, size) in enumerate(MTSM_K_RANGES):
         if ranges is not None and index not in ranges:
             continue
-        sets = bench.mtsm_operand_sets(problem.dtype, size, problem.n, seed=size)
+        sets = bench.mtsm_operand_sets(problem.dtype, size, size, problem.n, seed=size)
         roof = bench.mtsm_roofline_seconds(problem.dtype, size, problem.n, size, ceilings)
         xla_s = bench.seconds_per_call(xla, sets, roof)
         extra, incumbent = mtsm_opening_specs(problem, specs, size, arch, device)

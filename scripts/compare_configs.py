@@ -6,9 +6,9 @@
     python3 scripts/compare_configs.py mtsm:float32:16384:16 --tuned --vary stages=2,3,4
 
 For each shape (op:dtype:M:N; op atb, ab or ab_update; or mtsm:dtype:SIZE:N and
-mtsm_t:dtype:SIZE:N, M = K = SIZE) the model's configuration
+mtsm_t:dtype:SIZE:N, M = K = SIZE, or mtsm[_t]:dtype:MxK:N) the model's configuration
 (with --flat, the flat mapping's starting point; with --tuned, the kernel the
-tuning database serves at that K, where it serves one) is timed with every
+tuning database serves at that K, or mtsm's call size, where it serves one) is timed with every
 combination of the varied Config (MtsmConfig) fields, on the bench's inputs (tall matrices
 of 1 GiB unless --k is given; mtsm's tuner inputs) and with the bench's loops,
 then XLA's dot once on the same inputs. Variants that fail validation or do
@@ -26,7 +26,7 @@ import json
 import jax
 import numpy as np
 
-from jax_tsmm import _cuda, _dispatch, _kernels, bench
+from jax_tsmm import _cuda, _dispatch, _kernels, _mtsm, bench
 from jax_tsmm.codegen import Config, InvalidSpec, KernelSpec, MtsmSpec, default_config, validate
 from jax_tsmm.codegen.mtsm import MtsmConfig, MtsmProblem
 from jax_tsmm.codegen.mtsm import default_config as mtsm_default_config
@@ -66,29 +66,31 @@ def _tsmm_shape(shape: str, args, ceilings: dict):
 
 
 def _mtsm_shape(shape: str, args, ceilings: dict):
-    """mtsm, mtsm_t at op:dtype:SIZE:N (M = K = SIZE), on the tuner's operands."""
+    """mtsm, mtsm_t at op:dtype:SIZE:N (M = K = SIZE) or op:dtype:MxK:N, on the
+    tuner's operands; dispatch's entry is the one of the call's size."""
     op, dtype, size, n = shape.split(":")
-    size, n = int(size), int(n)
+    m, _, k = size.partition("x")
+    m, k, n = int(m), int(k or m), int(n)
     problem = MtsmProblem(op == "mtsm_t", dtype, n)
     base = mtsm_default_config(problem)
-    entry = _dispatch.tuned(_dispatch.mtsm_key(problem.transpose_a, dtype, n), size, _cuda.arch(),
-                            _cuda.device_kind())
+    entry = _dispatch.tuned(_dispatch.mtsm_key(problem.transpose_a, dtype, n), _mtsm.problem_size(1, m, k),
+                            _cuda.arch(), _cuda.device_kind())
     if args.tuned and entry is not None and entry["config"] is not None:
         base = MtsmConfig(**entry["config"])
-    sets = bench.mtsm_operand_sets(dtype, size, n, seed=size)
-    roof = bench.mtsm_roofline_seconds(dtype, size, n, size, ceilings)
+    sets = bench.mtsm_operand_sets(dtype, m, k, n, seed=m, transpose_a=problem.transpose_a)
+    roof = bench.mtsm_roofline_seconds(dtype, m, n, k, ceilings)
 
     def spec_of(config: MtsmConfig) -> MtsmSpec:
         spec = MtsmSpec(problem, config)
         validate_mtsm(spec)
         return spec
 
-    return size, base, spec_of, sets, roof, bench.mtsm_operations(problem.transpose_a)
+    return k, base, spec_of, sets, roof, bench.mtsm_operations(problem.transpose_a)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("shapes", nargs="+", help="op:dtype:M:N, or mtsm[_t]:dtype:SIZE:N")
+    parser.add_argument("shapes", nargs="+", help="op:dtype:M:N, or mtsm[_t]:dtype:SIZE:N or mtsm[_t]:dtype:MxK:N")
     parser.add_argument("--vary", action="append", default=[], help="FIELD=V1,V2,...")
     parser.add_argument("--k", type=int, default=None, help="rows of the tall matrices (default: 1 GiB)")
     parser.add_argument("--flat", action="store_true",

@@ -36,7 +36,7 @@ def main() -> None:
         m, n = int(dims[0]), int(dims[1])
         if op in bench.MTSM_OPS:
             k = m
-            (a, b), *_ = bench.mtsm_operand_sets(dtype, m, n, seed=m)
+            (a, b), *_ = bench.mtsm_operand_sets(dtype, m, m, n, seed=m)
             ours, xla = bench.mtsm_operations(op == "mtsm_t")
             select = lambda: _mtsm.select(dtype, op == "mtsm_t", n, False, k, _cuda.arch(), _cuda.device_kind())
         else:

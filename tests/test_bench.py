@@ -103,7 +103,7 @@ def test_smaller_operands_rotate_more_sets():
     assert bench.set_count(2 * bench.GIB) == bench.set_count(8 * bench.GIB) == 2
     assert bench.set_count(256 << 20) == 16
     assert bench.set_count(1 << 20) == bench.MAX_SETS
-    assert bench.mtsm_set_count("float32", 8192, 64) == 15  # 256 MiB of A and 2 MiB of X
+    assert bench.mtsm_set_count("float32", 8192, 8192, 64) == 15  # 256 MiB of A and 2 MiB of X
 
 
 
