@@ -30,6 +30,7 @@ partitioner partitions itself.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import jax
@@ -155,9 +156,8 @@ def select(dtype, transpose_a: bool, n: int, conj: bool, size: int, arch: str = 
     is ``problem_size``), and complex128 widths that would bind the
     FMA units (XLA's ZGEMM runs on the FP64 tensor cores there, as the float64
     and float32 kernels do; XLA's complex64 has no such path at HIGHEST
-    precision). An untuned N takes XLA's dot where the tuned widths nearest it on
-    either side both chose XLA at that size (``_tuned_neighbours_chose_xla``), else the
-    model's configuration; a forced spec (the tuner's) serves its problem."""
+    precision). An untuned N follows the tuned widths nearest it (``_untuned_width``);
+    a forced spec (the tuner's) serves its problem."""
     dtype = np.dtype(dtype).name
     if dtype not in KERNEL_DTYPES or not 1 <= n <= mtsm_codegen.MAX_N:
         return None
@@ -171,29 +171,48 @@ def select(dtype, transpose_a: bool, n: int, conj: bool, size: int, arch: str = 
         return None if config is None else mtsm_codegen.MtsmSpec(problem, mtsm_codegen.MtsmConfig(**config))
     if dtype == "complex128" and fma_bound(problem):
         return None
-    if _tuned_neighbours_chose_xla(transpose_a, dtype, n, size, arch, device):
-        return None
-    return mtsm_codegen.MtsmSpec(problem, mtsm_codegen.default_config(problem))
+    return _untuned_width(problem, size, arch, device)
 
 
-def _tuned_neighbours_chose_xla(transpose_a: bool, dtype: str, n: int, size: int, arch: str, device: str) -> bool:
-    """Whether the tuned widths nearest N below and above it (8 and 16 for 12) both
-    chose XLA's dot at ``size``. An untuned width's kernel was timed nowhere, while
-    its neighbours tell where XLA's GEMM is the faster one, which varies with dtype,
-    layout and size more than with N: on an H100 (2026-11-27) XLA won float64 at
-    every tuned N at M = K = 1024 but N = 2, and complex64 at N = 32 and 64 at every
-    size, as it won float64 A X at 8192 but at N = 32."""
+def _untuned_width(problem: mtsm_codegen.MtsmProblem, size: int, arch: str,
+                   device: str) -> mtsm_codegen.MtsmSpec | None:
+    """An untuned N between tuned widths (12 between 8 and 16) takes a kernel only
+    where both chose kernels at ``size``, and then the wider one's configuration
+    fitted to N (``_fitted``; the model's where that is invalid). Its own kernel
+    was timed nowhere. On an H100 (2026-11-27, N = 3, 6, 12, 24, 48 at M = K = 2048
+    and 8192, every dtype and layout) the model's kernel ran 0.16-0.96x XLA at 19
+    of the 40 untuned problems where a neighbour had chosen XLA; where both had
+    chosen kernels it ran 0.42-1.95x. A side without a tuned width leaves the
+    model's kernel."""
     def key(width: int) -> str:
-        return _dispatch.mtsm_key(transpose_a, dtype, width)
+        return _dispatch.mtsm_key(problem.transpose_a, problem.dtype, width)
 
     database = _dispatch.database(arch, device)
     widths = [width for width in range(1, mtsm_codegen.MAX_N + 1) if key(width) in database]
-    below = [width for width in widths if width < n]
-    above = [width for width in widths if width > n]
+    below = [width for width in widths if width < problem.n]
+    above = [width for width in widths if width > problem.n]
+    model = mtsm_codegen.MtsmSpec(problem, mtsm_codegen.default_config(problem))
     if not below or not above:
-        return False
-    entries = [_dispatch.tuned(key(width), size, arch, device) for width in (below[-1], above[0])]
-    return all(entry is not None and entry["config"] is None for entry in entries)
+        return model
+    configs = [_dispatch.tuned(key(width), size, arch, device)["config"] for width in (below[-1], above[0])]
+    if None in configs:
+        return None
+    return _fitted(problem, above[0], mtsm_codegen.MtsmConfig(**configs[1])) or model
+
+
+def _fitted(problem: mtsm_codegen.MtsmProblem, width: int,
+            config: mtsm_codegen.MtsmConfig) -> mtsm_codegen.MtsmSpec | None:
+    """``config``, tuned for a wider N = ``width``, with N's columns split into as
+    many groups as it split ``width``'s (tile_n = N on the tensor cores), where
+    valid: the thread layout the tuner chose, with narrower register tiles."""
+    groups = -(-width // config.tile_n)
+    tile_n = problem.n if config.mma else -(-problem.n // groups)
+    spec = mtsm_codegen.MtsmSpec(problem, dataclasses.replace(config, tile_n=tile_n))
+    try:
+        mtsm_codegen.validate(spec)
+    except mtsm_codegen.InvalidSpec:
+        return None
+    return spec
 
 
 def problem_size(batch: int, m: int, k: int) -> int:

@@ -569,23 +569,32 @@ def test_selection():
     assert mtsm_select("float32", True, 65, False, 8192) is None
 
 
-def test_an_untuned_width_follows_its_tuned_neighbours_to_xla(monkeypatch):
-    """N = 12, untuned, takes XLA's dot at a size where the nearest tuned widths, 8 and 16,
-    both chose it, and the model's kernel where either chose a kernel, where a side
-    has no tuned width, and under model_only."""
-    kernel_16 = dataclasses.asdict(mtsm_codegen.default_config(mtsm_codegen.MtsmProblem(False, "float32", 16)))
-    entries = {_dispatch.mtsm_key(False, "float32", 8): [{"k_min": 0, "config": None}],
-               _dispatch.mtsm_key(False, "float32", 16): [{"k_min": 0, "config": None},
+def test_an_untuned_width_follows_its_tuned_neighbours(monkeypatch):
+    """N = 12, untuned, takes a kernel only at a size where the nearest tuned widths,
+    8 and 16, both chose kernels, and then 16's configuration with as many groups of
+    N's columns; XLA's dot where either chose it; the model's kernel where a side has
+    no tuned width, and under model_only."""
+    def config(n: int, **changes) -> dict:
+        problem = mtsm_codegen.MtsmProblem(False, "float32", n)
+        return dataclasses.asdict(dataclasses.replace(mtsm_codegen.default_config(problem), **changes))
+
+    kernel_8, kernel_16 = config(8, stages=2), config(16, tile_n=4, k_groups=2, stages=4)
+    entries = {_dispatch.mtsm_key(False, "float32", 8): [{"k_min": 0, "config": None},
+                                                         {"k_min": 4096, "config": kernel_8}],
+               _dispatch.mtsm_key(False, "float32", 16): [{"k_min": 0, "config": kernel_16},
                                                           {"k_min": 4096, "config": kernel_16}],
                _dispatch.mtsm_key(False, "float32", 1): [{"k_min": 0, "config": None}]}
     monkeypatch.setattr(_dispatch, "_database_file", lambda path: entries if path.name == "sm_90.json" else {})
     monkeypatch.setattr(_dispatch, "_model_only", [])  # out of the module-scoped model_kernels
     model_12 = mtsm_codegen.default_config(mtsm_codegen.MtsmProblem(False, "float32", 12))
-    assert mtsm_select("float32", False, 12, False, 1000) is None
-    assert mtsm_select("float32", False, 12, False, 8192).config == model_12
-    assert mtsm_select("float32", False, 4, False, 1000) is None  # between 1 and 8
-    assert mtsm_select("float32", False, 20, False, 1000) is not None  # nothing tuned above 16
-    assert mtsm_select("float32", True, 12, False, 1000) is not None  # Aᵀ X: nothing tuned
+    assert mtsm_select("float32", False, 12, False, 1000) is None  # 8 chose XLA, 16 a kernel
+    fitted = mtsm_select("float32", False, 12, False, 8192).config
+    assert fitted == dataclasses.replace(mtsm_codegen.MtsmConfig(**kernel_16), tile_n=3)  # 4 groups, as 16's
+    assert mtsm_select("float32", False, 4, False, 8192) is None  # between 1 and 8
+    assert mtsm_select("float32", False, 20, False, 1000).config == mtsm_codegen.default_config(
+        mtsm_codegen.MtsmProblem(False, "float32", 20))  # nothing tuned above 16
+    assert mtsm_select("float32", True, 12, False, 1000).config == mtsm_codegen.default_config(
+        mtsm_codegen.MtsmProblem(True, "float32", 12))  # Aᵀ X: nothing tuned
     with _dispatch.model_only():
         assert mtsm_select("float32", False, 12, False, 1000).config == model_12
 
