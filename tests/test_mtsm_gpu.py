@@ -22,7 +22,7 @@ import pytest
 from jax import lax
 
 import jax_tsmm
-from jax_tsmm import _cuda, _dispatch, _kernels, _mtsm
+from jax_tsmm import _cuda, _dispatch, _kernels, _mtsm, tune
 from jax_tsmm.codegen import mtsm as mtsm_codegen
 from jax_tsmm.codegen import search
 from reference import (DERIVATIVE_RTOL, assert_close, assert_tree_close, magnitude, poison, random_operand, reference,
@@ -298,4 +298,19 @@ def test_tuned_kernels():
             specs += [mtsm_codegen.MtsmSpec(problem, mtsm_codegen.MtsmConfig(**e["config"]))
                       for e in entries if e["config"] is not None]
     specs = list(dict.fromkeys(specs))
+    _run_all_forced(specs)
+
+
+def test_fitted_kernels_of_untuned_widths(monkeypatch):
+    """Every kernel dispatch fits to an untuned N from its tuned neighbours, with
+    the shipped databases, at each size the tuner times."""
+    monkeypatch.setattr(_dispatch, "_model_only", [])  # the shipped databases, out of model_kernels
+    tuned_widths = {int(key.rpartition(":n")[2]) for key in _dispatch.database(_cuda.arch(), _cuda.device_kind())
+                    if key.startswith("mtsm")}
+    specs = [_mtsm.select(dtype, transpose_a, n, False, size, _cuda.arch(), _cuda.device_kind())
+             for transpose_a in (False, True) for dtype in DTYPES
+             for n in range(1, mtsm_codegen.MAX_N + 1) if n not in tuned_widths
+             for _, size in tune.MTSM_K_RANGES]
+    specs = list(dict.fromkeys(spec for spec in specs if spec is not None))
+    assert specs, "no untuned width takes a kernel"
     _run_all_forced(specs)
