@@ -12,7 +12,8 @@
 # and profile_xla SHAPES (Nsight Compute, with the pipes' utilization and the
 # instruction mix; scripts/profile_kernels.py), durations
 # SHAPES (each of our kernels' time on the GPU alone, by Nsight Compute), jit_timing
-# SHAPES (scripts/jit_timing.py: the bench's timing against plain jitted calls).
+# SHAPES (scripts/jit_timing.py: the bench's timing against plain jitted calls), batched
+# SHAPES [--k K] [--batch B] (scripts/batched_timing.py: atb and ab under vmap).
 # A JAX_TSMM_CACHE_DIR set by the caller is kept: a carried kernel cache, e.g. from
 # `python -m jax_tsmm.tune --compile-only` here (docs/performance.md, Method).
 # DEADLINE=S, the call's time limit in seconds: a tune step ends DEADLINE_MARGIN
@@ -64,6 +65,7 @@ for item in "$@"; do
       benches=$((benches + 1)); [ $benches -gt 1 ] && name=bench$benches
       step $name python3 -m jax_tsmm.bench $args --json "$OUT/$name.json" --plot "$OUT/$name.png" ;;
     jit_timing) step jit_timing python3 scripts/jit_timing.py $args --json "$OUT/jit_timing.json" ;;
+    batched) step batched python3 scripts/batched_timing.py $args --json "$OUT/batched.json" ;;
     compare)  # compare, compare2, ...: one JSON each
       compares=$((compares + 1)); [ $compares -gt 1 ] && name=compare$compares
       step $name python3 scripts/compare_configs.py $args --json "$OUT/$name.json" ;;
