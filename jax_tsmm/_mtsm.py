@@ -178,33 +178,44 @@ def _untuned_width(problem: mtsm_codegen.MtsmProblem, size: int, arch: str,
                    device: str) -> mtsm_codegen.MtsmSpec | None:
     """An untuned N between tuned widths (12 between 8 and 16) takes a kernel only
     where both chose kernels at ``size``, and then the wider one's configuration
-    fitted to N (``_fitted``; the model's where that is invalid). Its own kernel
+    fitted to N (``fitted``; the model's where that is invalid). Its own kernel
     was timed nowhere. On an H100 (2026-11-27; N = 3..56 at M = K = 2048, 8192 and
     16384, 128 problems) the model's kernel ran below 0.98x XLA at 61 of the 77
     problems where a neighbour had chosen XLA; where both had chosen kernels, at
     0.38-1.95x, and the fitted configurations at 1.10-1.99x. A side without a tuned
     width leaves the model's kernel."""
+    model = mtsm_codegen.MtsmSpec(problem, mtsm_codegen.default_config(problem))
+    neighbours = tuned_neighbours(problem, size, arch, device)
+    if len(neighbours) < 2:
+        return model
+    if any(config is None for _, config in neighbours):
+        return None
+    return fitted(problem, *neighbours[1]) or model
+
+
+def tuned_neighbours(problem: mtsm_codegen.MtsmProblem, size: int, arch: str,
+                     device: str) -> list[tuple[int, mtsm_codegen.MtsmConfig | None]]:
+    """The tuned widths nearest N below and above it (a side without one left
+    out), each with the configuration it chose at ``size`` (None: XLA's dot)."""
     def key(width: int) -> str:
         return _dispatch.mtsm_key(problem.transpose_a, problem.dtype, width)
 
     database = _dispatch.database(arch, device)
     widths = [width for width in range(1, mtsm_codegen.MAX_N + 1) if key(width) in database]
-    below = [width for width in widths if width < problem.n]
-    above = [width for width in widths if width > problem.n]
-    model = mtsm_codegen.MtsmSpec(problem, mtsm_codegen.default_config(problem))
-    if not below or not above:
-        return model
-    configs = [_dispatch.tuned(key(width), size, arch, device)["config"] for width in (below[-1], above[0])]
-    if None in configs:
-        return None
-    return _fitted(problem, above[0], mtsm_codegen.MtsmConfig(**configs[1])) or model
+    nearest = [max((w for w in widths if w < problem.n), default=None),
+               min((w for w in widths if w > problem.n), default=None)]
+    found = []
+    for width in (w for w in nearest if w is not None):
+        config = _dispatch.tuned(key(width), size, arch, device)["config"]
+        found.append((width, None if config is None else mtsm_codegen.MtsmConfig(**config)))
+    return found
 
 
-def _fitted(problem: mtsm_codegen.MtsmProblem, width: int,
-            config: mtsm_codegen.MtsmConfig) -> mtsm_codegen.MtsmSpec | None:
-    """``config``, tuned for a wider N = ``width``, with N's columns split into as
-    many groups as it split ``width``'s (tile_n = N on the tensor cores), where
-    valid: the thread layout the tuner chose, with narrower register tiles."""
+def fitted(problem: mtsm_codegen.MtsmProblem, width: int,
+           config: mtsm_codegen.MtsmConfig) -> mtsm_codegen.MtsmSpec | None:
+    """``config``, tuned for N = ``width``, with N's columns split into as many
+    groups as it split ``width``'s (tile_n = N on the tensor cores), where valid:
+    the thread layout the tuner chose, with register tiles fitted to N."""
     groups = -(-width // config.tile_n)
     tile_n = problem.n if config.mma else -(-problem.n // groups)
     spec = mtsm_codegen.MtsmSpec(problem, dataclasses.replace(config, tile_n=tile_n))

@@ -335,11 +335,17 @@ def tune_problem(problem: Problem, ceilings: dict, limit: int, arch: str, ranges
 def mtsm_opening_specs(problem: MtsmProblem, specs: list[MtsmSpec], size: int, arch: str,
                        device: str) -> tuple[list[MtsmSpec], MtsmSpec | None]:
     """``opening_specs`` of an mtsm problem at M = K = ``size``: the kernels dispatch
-    picks on the architecture's other GPU models, and dispatch's kernel before the run."""
+    picks on the architecture's other GPU models, the kernels the tuned widths
+    nearest N chose at that size fitted to N (``_mtsm.fitted``: on an H100,
+    2026-11-27, the wider one's ran untuned widths 1.33x faster than the
+    model's in geometric mean), and dispatch's kernel before the run."""
     incumbent = _mtsm.select(problem.dtype, problem.transpose_a, problem.n, problem.conj, size, arch, device)
     elsewhere = [_mtsm.select(problem.dtype, problem.transpose_a, problem.n, problem.conj, size, arch, other)
                  for other in _dispatch.other_models(arch, device)]
-    extra = [spec for spec in dict.fromkeys(elsewhere) if spec is not None and spec not in specs + [incumbent]]
+    nearby = [_mtsm.fitted(problem, width, config)
+              for width, config in _mtsm.tuned_neighbours(problem, size, arch, device) if config is not None]
+    extra = [spec for spec in dict.fromkeys(elsewhere + nearby)
+             if spec is not None and spec not in specs + [incumbent]]
     return extra, incumbent
 
 

@@ -230,6 +230,27 @@ def test_winners_at_nearby_widths_compete(monkeypatch):
         tune.opening_kernels(problem, 2, "sm_90", {0}))
 
 
+def test_mtsm_tunes_open_with_the_neighbouring_widths_kernels(monkeypatch):
+    """An mtsm tune times the kernels the tuned widths nearest N chose at its size,
+    fitted to N, besides its own candidates; a neighbour that chose XLA adds none."""
+    from jax_tsmm.codegen.mtsm import default_config as mtsm_default_config
+    narrow = dataclasses.replace(mtsm_default_config(MtsmProblem(False, "float32", 8)), blocks_per_sm=1)
+    wide = dataclasses.replace(mtsm_default_config(MtsmProblem(False, "float32", 32)), tile_n=8, k_groups=2)
+    entries = {_dispatch.mtsm_key(False, "float32", 8): [{"k_min": 0, "config": dataclasses.asdict(narrow)}],
+               _dispatch.mtsm_key(False, "float32", 16): [{"k_min": 0, "config": None}],  # its own: a re-tune
+               _dispatch.mtsm_key(False, "float32", 32): [{"k_min": 0, "config": None},
+                                                          {"k_min": 4096, "config": dataclasses.asdict(wide)}]}
+    monkeypatch.setattr(_dispatch, "_database_file", lambda path: entries if path.name == "sm_90.json" else {})
+    monkeypatch.setattr(_dispatch, "_model_only", [])
+    problem = MtsmProblem(False, "float32", 16)
+    extra, _ = tune.mtsm_opening_specs(problem, [], 8192, "sm_90", "")
+    fitted_wide = MtsmSpec(problem, dataclasses.replace(wide, tile_n=4))  # 4 groups of N's columns, as 32's
+    fitted_narrow = MtsmSpec(problem, dataclasses.replace(narrow, tile_n=16))  # one group, as 8's
+    assert fitted_wide in extra and fitted_narrow in extra
+    extra, _ = tune.mtsm_opening_specs(problem, [], 1024, "sm_90", "")  # 32 chose XLA there
+    assert fitted_wide not in extra and fitted_narrow in extra
+
+
 @pytest.mark.nvcc
 def test_mtsm_problems_are_tuned_over_their_own_search(monkeypatch, tmp_path, fake_gpu):
     """mtsm's entries, one per range of MTSM_K_RANGES, each timed at M = K = its
