@@ -15,6 +15,7 @@ import pytest
 from jax_tsmm import _dispatch, tune
 from jax_tsmm.codegen import (Config, InvalidSpec, KernelSpec, MtsmConfig, MtsmProblem, MtsmSpec, Problem,
                               default_config, validate)
+from jax_tsmm.codegen.mtsm import default_config as mtsm_default_config
 from jax_tsmm.codegen.mtsm import validate as mtsm_validate
 from jax_tsmm.codegen.model import occupancy_ok
 from jax_tsmm.codegen.search import is_valid
@@ -233,7 +234,6 @@ def test_winners_at_nearby_widths_compete(monkeypatch):
 def test_mtsm_tunes_open_with_the_neighbouring_widths_kernels(monkeypatch):
     """An mtsm tune times the kernels the tuned widths nearest N chose at its size,
     fitted to N, besides its own candidates; a neighbour that chose XLA adds none."""
-    from jax_tsmm.codegen.mtsm import default_config as mtsm_default_config
     narrow = dataclasses.replace(mtsm_default_config(MtsmProblem(False, "float32", 8)), blocks_per_sm=1)
     wide = dataclasses.replace(mtsm_default_config(MtsmProblem(False, "float32", 32)), tile_n=8, k_groups=2)
     entries = {_dispatch.mtsm_key(False, "float32", 8): [{"k_min": 0, "config": dataclasses.asdict(narrow)}],
