@@ -318,8 +318,9 @@ def select(op: str, dtype, m: int, n: int, k: int, batch_dims: int, conj: bool,
     problem (see the module docstring; ``is_real_view`` tells): where the real
     view fits and the database entry, or without one the model, says so.
     ``real_view=False`` rules it out (ab's update with a complex beta, which
-    does not act on the real view as a scale). A forced spec serves the call's
-    problem or its real view's."""
+    does not act on the real view as a scale). An ab of M != N without entries
+    takes XLA's dot beside a square that chose it (``_beside_an_xla_square``).
+    A forced spec serves the call's problem or its real view's."""
     dtype = np.dtype(dtype).name
     if dtype not in KERNEL_DTYPES or batch_dims > MAX_BATCH_DIMS:
         return None
@@ -333,6 +334,8 @@ def select(op: str, dtype, m: int, n: int, k: int, batch_dims: int, conj: bool,
     entry = _entry(problem, k, arch, device, real_view)
     if entry is not None and entry["config"] is None:
         return None  # XLA measured faster
+    if entry is None and _beside_an_xla_square(problem, k, arch, device, real_view):
+        return None
     if real is not None and _prefers_real_view(entry, problem, real, arch):
         if entry is not None:  # the real kernel this entry timed against this problem's XLA
             return KernelSpec(real, Config(**entry["config"]))
@@ -343,6 +346,39 @@ def select(op: str, dtype, m: int, n: int, k: int, batch_dims: int, conj: bool,
         return KernelSpec(problem, default_config(problem, arch))
     except InvalidSpec:
         return None
+
+
+def _beside_an_xla_square(problem: Problem, k: int, arch: str, device: str, real_view: bool) -> bool:
+    """Whether ``problem``, an ab (or its fused update) of M != N without entries,
+    lies beside a square, M x M or N x N, whose entry chose XLA's dot at K by more
+    than the spread between runs (its best kernel under XLA_CLEARLY_FASTER of
+    XLA's speed). XLA's A C streams at 90-100 % of the copy roofline at many
+    widths, and such squares tell where. On an H100 (2026-11-27, 1 GiB operands)
+    the model's kernels ran 0.78-0.96x XLA at 7 of the 8 float64 ab pairs beside
+    such a square (1.00x at the eighth), 1.14x at the one beside two kernel
+    squares; beside squares where XLA had merely tied (float32 32 x 32,
+    complex64 1 x 1, the float64 update's 1 x 1), 0.95-1.35x, three of six at
+    1.31-1.35x. atb keeps the model's kernel beside any square: XLA's Aᵀ B ran
+    19-32 % at all 18 pairs measured, the model's kernels 1.92-5.02x."""
+    if problem.op != "ab" or problem.m == problem.n:
+        return False
+    squares = (dataclasses.replace(problem, n=problem.m), dataclasses.replace(problem, m=problem.n))
+    return any(_xla_clearly_faster(_entry(square, k, arch, device, real_view)) for square in squares)
+
+
+# A square's entry counts as XLA's where its best kernel ran under this fraction of
+# XLA's speed: ties (0.97-1.0 in the squares above) say nothing of a pair's kernel.
+XLA_CLEARLY_FASTER = 0.95
+
+
+def _xla_clearly_faster(entry: dict | None) -> bool:
+    """Whether ``entry`` chose XLA's dot by a margin (an entry without timings, as
+    the small-K rule's, counts)."""
+    if entry is None or entry["config"] is not None:
+        return False
+    if entry.get("tsmm_s") is None or entry.get("xla_s") is None:
+        return True
+    return entry["xla_s"] < XLA_CLEARLY_FASTER * entry["tsmm_s"]
 
 
 def _real_view_kernel(real: Problem, k: int, arch: str, device: str) -> KernelSpec:

@@ -161,6 +161,33 @@ def test_dispatch_follows_the_tuning_database(monkeypatch):
     assert not lowers_to_kernel(100_000) and not lowers_to_kernel(10**6)
 
 
+def test_an_untuned_ab_pair_takes_xla_beside_a_square_that_chose_it(monkeypatch):
+    """ab of 10 x 20, untuned, lowers to XLA's dot where 10 x 10 or 20 x 20 chose it
+    at that K by a margin, and to the model's kernel where both chose kernels or
+    XLA merely tied; atb's pair keeps its kernel beside any square."""
+    def entry(op, m, n, kernel):
+        config = dataclasses.asdict(default_config(Problem(op, "float64", m, n))) if kernel else None
+        return [{"k_min": 0, "config": config}]
+
+    rows = iter(range(4096, 5000))  # a new K each time: lowering is cached by shape
+
+    def lowers_to_kernel(op, entries):
+        monkeypatch.setattr(_dispatch, "database", lambda *_: entries)
+        k = next(rows)
+        a = jax.ShapeDtypeStruct((k, 10), jnp.float64)
+        b = jax.ShapeDtypeStruct((k, 20) if op == "atb" else (10, 20), jnp.float64)
+        return f"tsmm_{op}" in cuda_hlo(getattr(jax_tsmm, op), a, b)
+
+    for op in ("ab", "atb"):
+        both = {f"{op}:float64:10x10": entry(op, 10, 10, True), f"{op}:float64:20x20": entry(op, 20, 20, True)}
+        assert lowers_to_kernel(op, both)
+        assert lowers_to_kernel(op, {**both, f"{op}:float64:20x20": entry(op, 20, 20, False)}) == (op == "atb")
+        assert lowers_to_kernel(op, {**both, f"{op}:float64:10x10": entry(op, 10, 10, False)}) == (op == "atb")
+        assert lowers_to_kernel(op, {})  # nothing tuned: the model's kernel
+        tie = [{"k_min": 0, "config": None, "tsmm_s": 1.0, "xla_s": 0.97}]  # XLA by less than the spread
+        assert lowers_to_kernel(op, {**both, f"{op}:float64:10x10": tie})
+
+
 def test_a_gpu_models_database_overrides_its_architectures_key_by_key(monkeypatch, tmp_path):
     """An H200 takes its own file's entries from their lowest K range up (an sm_90
     range inside them was measured on another GPU) and the sm_90 file's below
