@@ -226,18 +226,26 @@ def operations(op: str):
 # mtsm's time at 8192, a fifth of the K sweep's at 2^20 x 8).
 ROTATED_BYTES = 4 * GIB
 MAX_SETS = 32
+# The loop keeps every set's operands and result: with many small operands and a
+# wide result (ab 1 x 58 in complex64: 8 GiB a result) 29 sets asked 224 GiB.
+HELD_BYTES = 16 * GIB
 
 
-def set_count(set_bytes: int) -> int:
-    """The operand sets a timed loop rotates between, for sets of ``set_bytes``."""
-    return max(2, min(MAX_SETS, ROTATED_BYTES // set_bytes))
+def set_count(set_bytes: int, result_bytes: int = 0) -> int:
+    """The operand sets a timed loop rotates between, for operands of ``set_bytes``
+    and a result of ``result_bytes`` a set."""
+    return max(2, min(MAX_SETS, ROTATED_BYTES // set_bytes, HELD_BYTES // (set_bytes + result_bytes)))
 
 
-def operand_sets(op: str, dtype, m: int, n: int, k: int, seed: int) -> list[tuple]:
-    """Sets of fresh random operands for the timing loops to rotate between
-    (``set_count``: two of the bench's 1 GiB matrices, more of smaller ones)."""
+def operand_sets(op: str, dtype, m: int, n: int, k: int, seed: int, batch: tuple = ()) -> list[tuple]:
+    """Sets of fresh random operands, each of shape ``batch`` + the problem's, for
+    the timing loops to rotate between (``set_count``: two of the bench's 1 GiB
+    matrices, more of smaller ones)."""
     shapes = {"atb": [(k, m), (k, n)], "ab": [(k, m), (m, n)], "ab_update": [(k, m), (m, n), (k, n)]}[op]
-    count = set_count(sum(math.prod(shape) for shape in shapes) * np.dtype(dtype).itemsize)
+    shapes = [batch + shape for shape in shapes]
+    result = {"atb": m * n, "ab": k * n, "ab_update": 0}[op] * math.prod(batch)  # the update's is its last operand
+    itemsize = np.dtype(dtype).itemsize
+    count = set_count(sum(math.prod(shape) for shape in shapes) * itemsize, result * itemsize)
     keys = iter(jax.random.split(jax.random.key(seed), count * len(shapes)))
     return [tuple(_random(next(keys), shape, dtype) for shape in shapes) for _ in range(count)]
 

@@ -16,26 +16,17 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import math
 
 import jax
-import numpy as np
 
 from jax_tsmm import _dispatch, bench
 
 jax.config.update("jax_enable_x64", True)
 
 
-def operand_sets(op: str, dtype, m: int, n: int, k: int, batch: int, seed: int) -> list[tuple]:
-    shapes = {"atb": [(batch, k, m), (batch, k, n)], "ab": [(batch, k, m), (batch, m, n)]}[op]
-    count = bench.set_count(sum(math.prod(shape) for shape in shapes) * np.dtype(dtype).itemsize)
-    keys = iter(jax.random.split(jax.random.key(seed), count * len(shapes)))
-    return [tuple(bench._random(next(keys), shape, dtype) for shape in shapes) for _ in range(count)]
-
-
 def time_batch(op: str, dtype: str, m: int, n: int, k: int, batch: int, ceilings: dict) -> dict:
     ours, xla = (jax.vmap(call) for call in bench.operations(op))
-    sets = operand_sets(op, dtype, m, n, k, batch, seed=m * 1000 + n + batch)
+    sets = bench.operand_sets(op, dtype, m, n, k, seed=m * 1000 + n + batch, batch=(batch,))
     best = bench.roofline_seconds(op, dtype, m, n, k * batch, ceilings)
     dispatched = bench.timed_kernel(op, dtype, m, n, k)
     by_total = bench.timed_kernel(op, dtype, m, n, k * batch)

@@ -104,6 +104,9 @@ def test_smaller_operands_rotate_more_sets():
     assert bench.set_count(256 << 20) == 16
     assert bench.set_count(1 << 20) == bench.MAX_SETS
     assert bench.mtsm_set_count("float32", 8192, 8192, 64) == 15  # 256 MiB of A and 2 MiB of X
+    # ...as long as every set's operands and result fit in HELD_BYTES
+    assert bench.set_count(148 << 20, 8 * bench.GIB) == 2
+    assert bench.set_count(bench.GIB, bench.GIB) == 4
 
 
 
