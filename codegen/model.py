@@ -19,7 +19,6 @@ from .spec import (MMA_DTYPES, Config, InvalidSpec, KernelSpec, Problem, bulk_co
 TARGET_THREADS = 256
 MIN_THREADS = 128
 STAGE_BYTES = 32 * 1024  # 3 stages x 2 blocks per SM: ~128 KiB in flight covers Hopper's latency
-MIN_A_STAGE_BYTES = 8 * 1024  # ab: A's share of a stage when out is staged beside it
 STAGES = 3
 BLOCKS_PER_SM = 2
 ROWS_PER_THREAD = 4  # per stage, at least, for atb
@@ -109,13 +108,13 @@ def _rows_per_stage(problem: Problem, row_bytes: int, granule: int) -> int:
 
 
 def _ab_staging(problem: Problem, a_row_bytes: int) -> tuple[int, bool]:
-    """(bytes per row a stage budgets for, stage_out): out is staged beside A's
-    rows unless that would leave a stage less than MIN_A_STAGE_BYTES of A (out
-    much wider than A), where the loads need the room to stay in flight."""
-    with_out = a_row_bytes + problem.n * problem.element_bytes
-    if STAGE_BYTES // with_out * a_row_bytes >= MIN_A_STAGE_BYTES:
-        return with_out, True
-    return a_row_bytes, False
+    """(bytes per row a stage budgets for, stage_out): out staged beside A's rows,
+    however much wider than A. Until 2026-11-27 out stayed in the registers where
+    a stage would then hold under 8 KiB of A; on an H200 that ran float64 ab 11x54,
+    8x36, 8x48 at 29-71 % of the copy roofline and float64 and complex64 1x41 at
+    31-34 %, against 85-89 % and 80-84 % with out staged (performance.md,
+    forty-sixth round)."""
+    return a_row_bytes + problem.n * problem.element_bytes, True
 
 
 def _atb_config(problem: Problem, m_panels: int, widest: int) -> Config:

@@ -16,7 +16,8 @@ import pytest
 from jax_tsmm import _kernels
 from jax_tsmm.codegen import Config, InvalidSpec, KernelSpec, Problem, default_config, module_source, validate
 from jax_tsmm.codegen.prebuilt import prebuilt_specs
-from jax_tsmm.codegen.model import SHARED_BUDGET, carried_to_update, occupancy_ok, registers_fit, wgmma_config
+from jax_tsmm.codegen.model import (SHARED_BUDGET, carried_to_update, occupancy_ok, registers_fit, wgmma_config,
+                                   wide_tf32x3_ab_config)
 from jax_tsmm.codegen.emit import _vector_element, _vector_order, dmma_products, kernel_source
 from jax_tsmm.codegen.search import (LARGE_TILE_BLOCKS, ONE_BLOCK_STAGE_BYTES, _dmma_steps, _tensor_use, _usable,
                                      candidates, flat_candidates, is_valid, launch_bound_registers, neighbours)
@@ -686,6 +687,30 @@ def test_model_stages_wide_dmma_atb_by_bulk_copies_on_sm90():
                 assert config.stage_copy == "vector" or m * n > 64 * 64, spec.name
                 bulk += config.stage_copy == "bulk"
     assert bulk > 100
+
+
+def test_model_stages_ab_out_however_wide():
+    """The model's ab stages out beside A wherever out's rows are not whole 16-byte
+    vectors, and on the DMMA path always, however much wider out is than A: on an
+    H200 (2026-11-27) float64 11x54, 8x36, 8x48 and 1x41 and complex64 1x41 ran
+    80-89 % of the copy roofline so and 29-71 % with out in the registers. FMA
+    kernels whose out rows are whole vectors keep them in the registers (float32
+    7x32 and 10x20 there: 86 and 66 % against 74-78 and 57 % staged)."""
+    for problem in (Problem("ab", "float64", 11, 54), Problem("ab", "float64", 8, 36), Problem("ab", "float64", 8, 48),
+                    Problem("ab", "float64", 1, 41), Problem("ab", "complex64", 1, 41)):
+        config = default_config(problem, "sm_90")
+        validate(KernelSpec(problem, config))
+        assert config.stage_out, problem
+    for problem in (Problem("ab", "float32", 7, 32), Problem("ab", "float32", 10, 20)):
+        assert not default_config(problem, "sm_90").stage_out, problem
+    for dtype in ("float64", "float32", "complex64"):
+        for m in range(1, 65, 3):
+            for n in range(1, 65, 2):
+                problem = Problem("ab", dtype, m, n)
+                config = default_config(problem, "sm_90")
+                whole_vectors = n * problem.element_bytes % 16 == 0
+                assert (config.stage_out or whole_vectors and not config.mma
+                        or config == wide_tf32x3_ab_config(problem)), problem
 
 
 def test_model_takes_wgmma_for_wide_float32_ab_on_sm90_only():
