@@ -35,6 +35,8 @@ CASES = list(zip(
     (("atb", "float64"), (40, 37), 1003),  # FP64 tensor cores, least-waste warp tiles
     (("ab", "float64"), (37, 29), 1003),  # FP64 tensor cores, C in registers
     (("ab", "float64"), (64, 64), 1003),  # ... and paired 16-byte stores
+    (("ab", "float64"), (11, 54), 1003),  # ... out staged beside A, five times wider
+    (("ab", "float64"), (1, 41), 4099),  # FMA, out staged, 41 times wider
     (("atb", "complex128"), (100, 90), 37),  # result split into panels
     (("ab_update", "float64"), (8, 16), 1001),  # fused update
     (("ab_update", "complex64"), (5, 7), 4099),

@@ -242,6 +242,21 @@ def test_element_stage_copies(op, dtype, m, n):
     assert_close(out, a, b, op=op)
 
 
+@pytest.mark.parametrize("dtype, m, n", [("float64", 11, 54), ("float64", 1, 41), ("float64", 8, 36),
+                                         ("complex64", 1, 41), ("complex64", 7, 51), ("float32", 1, 21),
+                                         ("float32", 5, 63), ("float32", 4, 27)])
+def test_model_stages_wide_out(dtype, m, n):
+    """The model's ab kernels where out is many times wider than A, out staged in
+    shared memory (model._ab_staging): batch items that start off a 16-byte boundary,
+    a ragged last chunk, and the same bits on a second run."""
+    rng = np.random.default_rng()
+    problem = Problem("ab", dtype, m, n)
+    spec = KernelSpec(problem, default_config(problem, _cuda.arch()))
+    assert spec.config.stage_out
+    a, c = operands(rng, "ab", dtype, 3 * spec.rows_per_chunk + 5, m, n, (3,), (1,))
+    check_forced(spec, "ab", a, c)
+
+
 @pytest.mark.parametrize("m, n", [(57, 57), (64, 64), (56, 56), (33, 33), (36, 36), (42, 42), (3, 7), (64, 8),
                                   (3, 8), (13, 48)])
 @pytest.mark.parametrize("k", [1, 37, 100_003, 10**6 + 7])
