@@ -7,8 +7,9 @@
 
 For each shape (op:dtype:M:N; op atb, ab or ab_update; or mtsm:dtype:SIZE:N and
 mtsm_t:dtype:SIZE:N, M = K = SIZE, or mtsm[_t]:dtype:MxK:N) the model's configuration
-(with --flat, the flat mapping's starting point; with --tuned, the kernel the
-tuning database serves at that K, or mtsm's call size, where it serves one) is timed with every
+(with --flat, the flat mapping's starting point; with --tuned, the kernel dispatch
+serves at that K, or mtsm's call size: the database's, a fitted or the model's,
+the model's where dispatch takes XLA's dot) is timed with every
 combination of the varied Config (MtsmConfig) fields, on the bench's inputs (tall matrices
 of 1 GiB unless --k is given; mtsm's tuner inputs) and with the bench's loops,
 then XLA's dot once on the same inputs. Variants that fail validation or do
@@ -49,11 +50,10 @@ def _tsmm_shape(shape: str, args, ceilings: dict):
     problem = _dispatch.named_problem(op, dtype, m, n)
     k = args.k or bench.problem_rows(m, n, np.dtype(dtype))
     base = flat_candidates(problem)[0] if args.flat else default_config(problem, _cuda.arch())
-    entry = _dispatch.tuned(_dispatch.problem_key(problem), k, _cuda.arch(), _cuda.device_kind())
-    if args.tuned and entry is not None and entry["config"] is not None:
-        base = Config(**entry["config"])
-        if entry.get("real_view"):  # a complex problem's kernel on its real view: vary that kernel
-            problem = _dispatch.real_view_problem(problem)
+    served = _dispatch.select(problem.op, dtype, m, n, k, 0, False, _cuda.arch(), _cuda.device_kind(),
+                              update=problem.update) if args.tuned else None
+    if served is not None:  # a complex problem's kernel may be its real view's: vary that kernel
+        problem, base = served.problem, served.config
     sets = bench.operand_sets(op, np.dtype(dtype), m, n, k, seed=m * 1000 + n)
     roof = bench.roofline_seconds(op, np.dtype(dtype), m, n, k, ceilings)
 
@@ -67,16 +67,16 @@ def _tsmm_shape(shape: str, args, ceilings: dict):
 
 def _mtsm_shape(shape: str, args, ceilings: dict):
     """mtsm, mtsm_t at op:dtype:SIZE:N (M = K = SIZE) or op:dtype:MxK:N, on the
-    tuner's operands; dispatch's entry is the one of the call's size."""
+    tuner's operands; dispatch's kernel is the one of the call's size."""
     op, dtype, size, n = shape.split(":")
     m, _, k = size.partition("x")
     m, k, n = int(m), int(k or m), int(n)
     problem = MtsmProblem(op == "mtsm_t", dtype, n)
     base = mtsm_default_config(problem)
-    entry = _dispatch.tuned(_dispatch.mtsm_key(problem.transpose_a, dtype, n), _mtsm.problem_size(1, m, k),
-                            _cuda.arch(), _cuda.device_kind())
-    if args.tuned and entry is not None and entry["config"] is not None:
-        base = MtsmConfig(**entry["config"])
+    served = _mtsm.select(dtype, problem.transpose_a, n, False, _mtsm.problem_size(1, m, k), _cuda.arch(),
+                          _cuda.device_kind()) if args.tuned else None
+    if served is not None:
+        base = served.config
     sets = bench.mtsm_operand_sets(dtype, m, k, n, seed=m, transpose_a=problem.transpose_a)
     roof = bench.mtsm_roofline_seconds(dtype, m, n, k, ceilings)
 
@@ -96,7 +96,7 @@ def main() -> None:
     parser.add_argument("--flat", action="store_true",
                         help="vary the flat mapping's starting point (ab) instead of the model's configuration")
     parser.add_argument("--tuned", action="store_true",
-                        help="vary the tuning database's kernel for the shape (the model's where it has none)")
+                        help="vary the kernel dispatch serves (the model's where it takes XLA's dot)")
     bench.add_loop_seconds_option(parser)
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
