@@ -188,6 +188,24 @@ def test_an_untuned_ab_pair_takes_xla_beside_a_square_that_chose_it(monkeypatch)
         assert lowers_to_kernel(op, {**both, f"{op}:float64:10x10": tie})
 
 
+def test_an_untuned_outer_product_looks_at_its_wide_square_alone(monkeypatch):
+    """ab of 1 x 20, untuned, keeps the model's kernel beside a 1 x 1 that chose
+    XLA's dot by a margin, and takes XLA's dot where 20 x 20 chose it; 20 x 1
+    still takes XLA's dot beside such a 1 x 1."""
+    xla = [{"k_min": 0, "config": None, "tsmm_s": 1.0, "xla_s": 0.9}]
+    kernel = [{"k_min": 0, "config": dataclasses.asdict(default_config(Problem("ab", "float64", 20, 20)))}]
+    rows = iter(range(4096, 5000))  # a new K each time: lowering is cached by shape
+
+    def lowers_to_kernel(m, n, entries):
+        monkeypatch.setattr(_dispatch, "database", lambda *_: entries)
+        a = jax.ShapeDtypeStruct((next(rows), m), jnp.float64)
+        return "tsmm_ab" in cuda_hlo(jax_tsmm.ab, a, jax.ShapeDtypeStruct((m, n), jnp.float64))
+
+    assert lowers_to_kernel(1, 20, {"ab:float64:1x1": xla, "ab:float64:20x20": kernel})
+    assert not lowers_to_kernel(1, 20, {"ab:float64:1x1": kernel, "ab:float64:20x20": xla})
+    assert not lowers_to_kernel(20, 1, {"ab:float64:1x1": xla, "ab:float64:20x20": kernel})
+
+
 def test_a_gpu_models_database_overrides_its_architectures_key_by_key(monkeypatch, tmp_path):
     """An H200 takes its own file's entries from their lowest K range up (an sm_90
     range inside them was measured on another GPU) and the sm_90 file's below
