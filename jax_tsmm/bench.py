@@ -1,7 +1,8 @@
 """jax_tsmm against XLA's dot on this GPU, as a percentage of the memory/compute roofline.
 
     python -m jax_tsmm.bench [--dtypes float64,float32] [--ops atb,ab,ab_update,mtsm]
-                             [--widths 1-64] [--k-sweep [--k-sweep-widths 8] [--k-sweep-k K,...]]
+                             [--widths 1-64] [--pairs 1x8,13x48 | --no-pairs]
+                             [--k-sweep [--k-sweep-widths 8] [--k-sweep-k K,...]]
                              [--model]
                              [--json out.json] [--plot out.png]
 
@@ -528,11 +529,25 @@ def parse_widths(text: str) -> list[int]:
     return widths
 
 
+def parse_shapes(text: str) -> list[tuple[int, int]]:
+    """"1-3,13x48" -> [(1, 1), (2, 2), (3, 3), (13, 48)]."""
+    shapes = []
+    for part in text.split(","):
+        if "x" in part:
+            m, n = part.split("x")
+            shapes.append((int(m), int(n)))
+        else:
+            shapes += [(w, w) for w in parse_widths(part)]
+    return shapes
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dtypes", default="float64,float32,complex128,complex64")
     parser.add_argument("--ops", default="atb,ab")
     parser.add_argument("--widths", default="1-64", help="M = N values, e.g. 1-64 or 1,2,8")
+    parser.add_argument("--pairs", default=",".join(f"{m}x{n}" for m, n in DEFAULT_PAIRS),
+                        help="the M != N pairs, e.g. 1x21,30x1 (default: the twelve of DEFAULT_PAIRS)")
     parser.add_argument("--no-pairs", action="store_true", help="skip the M != N pairs")
     parser.add_argument("--mtsm-sizes", default=",".join(map(str, MTSM_SIZES)),
                         help="mtsm's M = K values (with --ops mtsm)")
@@ -554,7 +569,7 @@ def main(argv=None) -> None:
         sys.exit("jax_tsmm.bench needs a GPU")
     dtypes = [np.dtype(d) for d in args.dtypes.split(",")]
     ops = args.ops.split(",")
-    shapes = [(w, w) for w in parse_widths(args.widths)] + ([] if args.no_pairs else list(DEFAULT_PAIRS))
+    shapes = [(w, w) for w in parse_widths(args.widths)] + ([] if args.no_pairs else parse_shapes(args.pairs))
     tall_ops = [op for op in ops if op != "mtsm"]
     sweep_widths = parse_widths(args.k_sweep_widths) if args.k_sweep else []
     sweep_ks = [int(k) for k in args.k_sweep_k.split(",")]

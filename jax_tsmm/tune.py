@@ -469,18 +469,6 @@ def mark_aligned_xla_wins(reports: list[dict], entries: dict[str, list[dict]]) -
     return marked, elsewhere
 
 
-def parse_shapes(text: str) -> list[tuple[int, int]]:
-    """"1-3,13x48" -> [(1, 1), (2, 2), (3, 3), (13, 48)]."""
-    shapes = []
-    for part in text.split(","):
-        if "x" in part:
-            m, n = part.split("x")
-            shapes.append((int(m), int(n)))
-        else:
-            shapes += [(w, w) for w in bench.parse_widths(part)]
-    return shapes
-
-
 def _tuned_ranges(entries: list[dict], table=None) -> set[int]:
     """The K ranges the tuner wrote entries for (bench-made ones are tuned over)."""
     return {range_index(entry, table) for entry in entries if not entry.get("source", "").startswith("bench")}
@@ -549,7 +537,7 @@ def main(argv=None) -> None:
         return
     dtypes, ops = args.dtypes.split(","), args.ops.split(",")
     problems = [_dispatch.named_problem(op, dtype, m, n) for dtype in dtypes for op in ops if op not in MTSM_OPS
-                for m, n in parse_shapes(args.shapes)]
+                for m, n in bench.parse_shapes(args.shapes)]
     if set(ops) & set(MTSM_OPS):
         problems += [MtsmProblem(op == "mtsm_t", dtype, n) for dtype in dtypes for op in ops if op in MTSM_OPS
                      for n in bench.parse_widths(args.shapes)]

@@ -171,3 +171,9 @@ def test_main_numbers_every_row_as_it_is_timed(monkeypatch, tmp_path, capsys):
     report = json.loads(json_path.read_text())
     assert len(report["rows"]) == 2 + 4 and len(report["k_sweep"]) == 3
     assert (tmp_path / "run.png").exists() and (tmp_path / "run.md").exists()
+
+
+def test_shapes_take_widths_and_pairs():
+    """The bench's --pairs and the tuner's --shapes: widths and ranges as M = N, MxN as pairs."""
+    assert bench.parse_shapes("1-3,13x48,64x8") == [(1, 1), (2, 2), (3, 3), (13, 48), (64, 8)]
+    assert bench.parse_shapes(",".join(f"{m}x{n}" for m, n in bench.DEFAULT_PAIRS)) == list(bench.DEFAULT_PAIRS)

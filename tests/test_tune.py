@@ -488,10 +488,6 @@ def test_xla_wins_at_power_of_two_k_are_recorded_on_the_serving_entries(tmp_path
     assert "xla_faster_at" not in entries["atb:float64:9x9"][0]
 
 
-def test_shapes_take_widths_and_pairs():
-    assert tune.parse_shapes("1-3,13x48,64x8") == [(1, 1), (2, 2), (3, 3), (13, 48), (64, 8)]
-
-
 def test_a_result_other_than_xlas_is_told_apart_from_rounding():
     """``agrees_with_xla`` accepts the same product summed in another order (rounding)
     and rejects a wrong entry, a block stored transposed, and a NaN."""
