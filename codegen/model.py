@@ -107,14 +107,14 @@ def _rows_per_stage(problem: Problem, row_bytes: int, granule: int) -> int:
     return max(granule, rows // granule * granule)
 
 
-def _ab_staging(problem: Problem, a_row_bytes: int) -> tuple[int, bool]:
-    """(bytes per row a stage budgets for, stage_out): out staged beside A's rows,
-    however much wider than A. Until 2026-11-27 out stayed in the registers where
-    a stage would then hold under 8 KiB of A; on an H200 that ran float64 ab 11x54,
-    8x36, 8x48 at 29-71 % of the copy roofline and float64 and complex64 1x41 at
-    31-34 %, against 85-89 % and 80-84 % with out staged (performance.md,
+def _ab_staged_row_bytes(problem: Problem, a_row_bytes: int) -> int:
+    """Bytes per row of a stage that holds out's rows beside A's (stage_out),
+    however much wider than A out is. Until 2026-11-27 out stayed in the registers
+    where a stage would then hold under 8 KiB of A; on an H200 that ran float64 ab
+    11x54, 8x36, 8x48 at 29-71 % of the copy roofline and float64 and complex64
+    1x41 at 31-34 %, against 85-89 % and 80-84 % with out staged (performance.md,
     forty-sixth round)."""
-    return a_row_bytes + problem.n * problem.element_bytes, True
+    return a_row_bytes + problem.n * problem.element_bytes
 
 
 def _atb_config(problem: Problem, m_panels: int, widest: int) -> Config:
@@ -194,9 +194,9 @@ def _ab_mma_config(problem: Problem) -> Config:
         if registers_fit(probe):
             break
     # At least two passes per stage: half the barriers per row of a one-pass stage.
-    row_bytes, stage_out = _ab_staging(problem, probe.smem_stride(problem.m) * problem.element_bytes)
+    row_bytes = _ab_staged_row_bytes(problem, probe.smem_stride(problem.m) * problem.element_bytes)
     rows = max(2 * probe.rows_per_pass, _rows_per_stage(problem, row_bytes, probe.rows_per_pass))
-    return dataclasses.replace(config, rows_per_stage=rows, stage_out=stage_out)
+    return dataclasses.replace(config, rows_per_stage=rows, stage_out=True)
 
 
 def wide_tf32x3_ab_config(problem: Problem) -> Config:
@@ -286,10 +286,11 @@ def default_config(problem: Problem, arch: str = "") -> Config:
         row_groups = max(1, round(TARGET_THREADS / lanes))
         # A stage (A's rows, and out's if staged) must hold one pass of the block's row tiles.
         # Rows of out that are whole 16-byte vectors already leave in full sectors from
-        # the register tiles; others are staged.
-        row_bytes, stage_out = _ab_staging(problem, problem.m * problem.element_bytes)
-        if problem.n * problem.element_bytes % 16 == 0:
-            row_bytes, stage_out = problem.m * problem.element_bytes, False
+        # the register tiles (float32 7x32 and 10x20 lost 9-12 points staged on an
+        # H200, forty-sixth round); others are staged.
+        stage_out = problem.n * problem.element_bytes % 16 != 0
+        a_row_bytes = problem.m * problem.element_bytes
+        row_bytes = _ab_staged_row_bytes(problem, a_row_bytes) if stage_out else a_row_bytes
         stage_rows = max(1, STAGE_BYTES // row_bytes)
         tile_m = max(1, min(tile_m, stage_rows // row_groups))
         row_groups = max(1, min(row_groups, stage_rows // tile_m))
