@@ -247,7 +247,7 @@ def test_element_stage_copies(op, dtype, m, n):
                                          ("float32", 5, 63), ("float32", 4, 27)])
 def test_model_stages_wide_out(dtype, m, n):
     """The model's ab kernels where out is many times wider than A, out staged in
-    shared memory (model._ab_staging): batch items that start off a 16-byte boundary,
+    shared memory (model._ab_staged_row_bytes): batch items that start off a 16-byte boundary,
     a ragged last chunk, and the same bits on a second run."""
     rng = np.random.default_rng()
     problem = Problem("ab", dtype, m, n)
