@@ -142,8 +142,9 @@ def test_the_plot_has_a_panel_per_op_and_dtype_mtsm_included(tmp_path):
 
 
 def test_main_numbers_every_row_as_it_is_timed(monkeypatch, tmp_path, capsys):
-    """A whole run (its GPU faked, every call timed at 1 ms): the main rows, the mtsm
-    grid and the K sweep are numbered [i/total] as they come, then written out."""
+    """A whole run (its GPU faked, every call timed at 1 ms): the main rows (widths and
+    the pairs asked for), the mtsm grid and the K sweep are numbered [i/total] as
+    they come, then written out."""
     pytest.importorskip("matplotlib")
 
     class FakeGpu:
@@ -162,14 +163,15 @@ def test_main_numbers_every_row_as_it_is_timed(monkeypatch, tmp_path, capsys):
     monkeypatch.setattr(bench, "operand_sets", lambda *args: [])  # the gigabyte inputs, never timed here
     monkeypatch.setattr(bench, "seconds_per_call", lambda *args, **kwargs: 1e-3)
     json_path = tmp_path / "run.json"
-    bench.main(["--dtypes", "float32", "--ops", "atb,mtsm", "--widths", "1,2", "--no-pairs",
+    bench.main(["--dtypes", "float32", "--ops", "atb,mtsm", "--widths", "1,2", "--pairs", "1x3",
                 "--mtsm-sizes", "64", "--mtsm-widths", "1,3", "--k-sweep", "--k-sweep-widths", "2",
                 "--k-sweep-k", "1024,2048,4096", "--json", str(json_path), "--plot", str(tmp_path / "run.png")])
     numbered = [line.split("]")[0] + "]" for line in capsys.readouterr().out.splitlines() if line.startswith("[")]
-    total = 2 + 2 * 2 + 3  # atb at 1 and 2; mtsm's layouts at N = 1, 3; the sweep's K
+    total = 3 + 2 * 2 + 3  # atb at 1, 2 and 1 x 3; mtsm's layouts at N = 1, 3; the sweep's K
     assert numbered == [f"[{i}/{total}]" for i in range(1, total + 1)]
     report = json.loads(json_path.read_text())
-    assert len(report["rows"]) == 2 + 4 and len(report["k_sweep"]) == 3
+    assert len(report["rows"]) == 3 + 4 and len(report["k_sweep"]) == 3
+    assert [(row["M"], row["N"]) for row in report["rows"][:3]] == [(1, 1), (2, 2), (1, 3)]
     assert (tmp_path / "run.png").exists() and (tmp_path / "run.md").exists()
 
 
