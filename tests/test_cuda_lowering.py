@@ -161,6 +161,18 @@ def test_dispatch_follows_the_tuning_database(monkeypatch):
     assert not lowers_to_kernel(100_000) and not lowers_to_kernel(10**6)
 
 
+_fresh_rows = iter(range(4096, 8192))  # a new K for each lowering: lowering is cached by shape
+
+
+def _lowers_to_kernel(monkeypatch, op: str, m: int, n: int, entries: dict) -> bool:
+    """Whether float64 ``op`` of M x N, with the database ``entries``, lowers to our kernel."""
+    monkeypatch.setattr(_dispatch, "database", lambda *_: entries)
+    k = next(_fresh_rows)
+    a = jax.ShapeDtypeStruct((k, m), jnp.float64)
+    b = jax.ShapeDtypeStruct((k, n) if op == "atb" else (m, n), jnp.float64)
+    return f"tsmm_{op}" in cuda_hlo(getattr(jax_tsmm, op), a, b)
+
+
 def test_an_untuned_ab_pair_takes_xla_beside_a_square_that_chose_it(monkeypatch):
     """ab of 10 x 20, untuned, lowers to XLA's dot where 10 x 10 or 20 x 20 chose it
     at that K by a margin, and to the model's kernel where both chose kernels or
@@ -169,14 +181,8 @@ def test_an_untuned_ab_pair_takes_xla_beside_a_square_that_chose_it(monkeypatch)
         config = dataclasses.asdict(default_config(Problem(op, "float64", m, n))) if kernel else None
         return [{"k_min": 0, "config": config}]
 
-    rows = iter(range(4096, 5000))  # a new K each time: lowering is cached by shape
-
     def lowers_to_kernel(op, entries):
-        monkeypatch.setattr(_dispatch, "database", lambda *_: entries)
-        k = next(rows)
-        a = jax.ShapeDtypeStruct((k, 10), jnp.float64)
-        b = jax.ShapeDtypeStruct((k, 20) if op == "atb" else (10, 20), jnp.float64)
-        return f"tsmm_{op}" in cuda_hlo(getattr(jax_tsmm, op), a, b)
+        return _lowers_to_kernel(monkeypatch, op, 10, 20, entries)
 
     for op in ("ab", "atb"):
         both = {f"{op}:float64:10x10": entry(op, 10, 10, True), f"{op}:float64:20x20": entry(op, 20, 20, True)}
@@ -194,16 +200,9 @@ def test_an_untuned_outer_product_looks_at_its_wide_square_alone(monkeypatch):
     still takes XLA's dot beside such a 1 x 1."""
     xla = [{"k_min": 0, "config": None, "tsmm_s": 1.0, "xla_s": 0.9}]
     kernel = [{"k_min": 0, "config": dataclasses.asdict(default_config(Problem("ab", "float64", 20, 20)))}]
-    rows = iter(range(4096, 5000))  # a new K each time: lowering is cached by shape
-
-    def lowers_to_kernel(m, n, entries):
-        monkeypatch.setattr(_dispatch, "database", lambda *_: entries)
-        a = jax.ShapeDtypeStruct((next(rows), m), jnp.float64)
-        return "tsmm_ab" in cuda_hlo(jax_tsmm.ab, a, jax.ShapeDtypeStruct((m, n), jnp.float64))
-
-    assert lowers_to_kernel(1, 20, {"ab:float64:1x1": xla, "ab:float64:20x20": kernel})
-    assert not lowers_to_kernel(1, 20, {"ab:float64:1x1": kernel, "ab:float64:20x20": xla})
-    assert not lowers_to_kernel(20, 1, {"ab:float64:1x1": xla, "ab:float64:20x20": kernel})
+    assert _lowers_to_kernel(monkeypatch, "ab", 1, 20, {"ab:float64:1x1": xla, "ab:float64:20x20": kernel})
+    assert not _lowers_to_kernel(monkeypatch, "ab", 1, 20, {"ab:float64:1x1": kernel, "ab:float64:20x20": xla})
+    assert not _lowers_to_kernel(monkeypatch, "ab", 20, 1, {"ab:float64:1x1": xla, "ab:float64:20x20": kernel})
 
 
 def test_a_gpu_models_database_overrides_its_architectures_key_by_key(monkeypatch, tmp_path):
