@@ -194,6 +194,32 @@ def test_an_untuned_ab_pair_takes_xla_beside_a_square_that_chose_it(monkeypatch)
         assert lowers_to_kernel(op, {**both, f"{op}:float64:10x10": tie})
 
 
+def test_an_untuned_ab_pair_follows_its_nearest_measured_pairs(monkeypatch):
+    """float64 ab of 10 x 20, untuned, takes XLA's dot where the nearest pair with
+    entries (in octaves of M plus octaves of N), or one of several as near, chose
+    it by more than issue 4's tolerance, and keeps the model's kernel where they
+    all chose kernels or XLA by less, whatever farther pairs chose; atb's pairs
+    and float32's keep their kernels."""
+    def entry(op, m, n, xla_s):
+        config = dataclasses.asdict(default_config(Problem(op, "float64", m, n))) if xla_s > 1 else None
+        return [{"k_min": 0, "config": config, "tsmm_s": 1.0, "xla_s": xla_s}]
+
+    def lowers_to_kernel(op, m, n, pairs):
+        entries = {f"{op}:float64:{pm}x{pn}": entry(op, pm, pn, xla_s) for (pm, pn), xla_s in pairs.items()}
+        return _lowers_to_kernel(monkeypatch, op, m, n, entries)
+
+    kernel, xla, tie = 1.2, 0.9, 0.99  # XLA's time against the kernel's
+    assert lowers_to_kernel("ab", 10, 20, {(8, 16): kernel, (16, 32): xla, (10, 1): xla})
+    assert not lowers_to_kernel("ab", 10, 20, {(8, 16): xla, (16, 32): kernel})
+    assert lowers_to_kernel("ab", 10, 20, {(8, 16): tie})
+    assert not lowers_to_kernel("ab", 8, 32, {(8, 16): kernel, (8, 64): xla})  # as near as each other
+    assert lowers_to_kernel("ab", 8, 32, {(8, 16): kernel, (8, 64): kernel, (32, 8): xla})
+    assert lowers_to_kernel("atb", 10, 20, {(8, 16): xla})
+    float32_xla = {"k_min": 0, "config": None, "tsmm_s": 1.0, "xla_s": xla}
+    monkeypatch.setattr(_dispatch, "database", lambda *_: {"ab:float32:8x16": [float32_xla]})
+    assert _dispatch.select("ab", "float32", 10, 20, 1 << 20, 0, False) is not None
+
+
 def test_an_untuned_outer_product_looks_at_its_wide_square_alone(monkeypatch):
     """ab of 1 x 20, untuned, keeps the model's kernel beside a 1 x 1 that chose
     XLA's dot by a margin, and takes XLA's dot where 20 x 20 chose it; 20 x 1
@@ -320,6 +346,7 @@ def test_small_k_goes_to_xla_where_nothing_was_tuned_that_small(monkeypatch):
     monkeypatch.setattr(_dispatch, "_model_only", [])  # out of this module's model_kernels
     assert _dispatch.select("ab", "float32", 6, 5, 1000, 0, False) is None
     assert _dispatch.select("ab", "float32", 6, 5, 1 << 17, 0, False) is not None
+    monkeypatch.setattr(_dispatch, "database", lambda *_: {})  # as database() has it under model_only
     with _dispatch.model_only():
         assert _dispatch.select("ab", "float32", 6, 5, 1000, 0, False) is not None
 
