@@ -380,7 +380,7 @@ def _near_an_xla_pair(problem: Problem, k: int, arch: str, device: str) -> bool:
     nearest (in octaves of M plus octaves of N) pairs with entries of which any
     chose XLA's dot at K, its kernel under PAIR_XLA_FASTER of XLA's speed. The
     pairs' entries come from the tuner and from surveys of the model's kernels
-    (``tune --from-bench`` of ``bench --model --pairs``), on both GPUs a grid of
+    (``tune --from-bench`` of ``bench --model --pair-grid``), on both GPUs a grid of
     12 widths (1, 2, 3, 4, 6, 8, .., 64) in float64 and of 7 (1, 2, 4, .., 64)
     in float32. On an H200 (2026-11-27) XLA's dot beat the model's float64
     kernel at 91 of the 132 float64 pairs there (0.64-0.998x; XLA's dot at 89 %

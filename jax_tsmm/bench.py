@@ -541,6 +541,12 @@ def parse_shapes(text: str) -> list[tuple[int, int]]:
     return shapes
 
 
+def grid_pairs(text: str) -> list[tuple[int, int]]:
+    """"1,2,4" -> every pair M != N of these widths: [(1, 2), (1, 4), (2, 1), ...]."""
+    widths = parse_widths(text)
+    return [(m, n) for m in widths for n in widths if m != n]
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dtypes", default="float64,float32,complex128,complex64")
@@ -549,6 +555,9 @@ def main(argv=None) -> None:
     parser.add_argument("--pairs", default=",".join(f"{m}x{n}" for m, n in DEFAULT_PAIRS),
                         help="the M != N pairs, e.g. 1x21,30x1 (default: the twelve of DEFAULT_PAIRS)")
     parser.add_argument("--no-pairs", action="store_true", help="skip the M != N pairs")
+    parser.add_argument("--pair-grid", default=None,
+                        help="every M != N pair of these widths, e.g. 1-4,6,8 (in place of --pairs): with "
+                             "--model, the surveys that tune --from-bench records for dispatch's pair rules")
     parser.add_argument("--mtsm-sizes", default=",".join(map(str, MTSM_SIZES)),
                         help="mtsm's M = K values (with --ops mtsm)")
     parser.add_argument("--mtsm-widths", default=",".join(map(str, MTSM_WIDTHS)),
@@ -569,7 +578,8 @@ def main(argv=None) -> None:
         sys.exit("jax_tsmm.bench needs a GPU")
     dtypes = [np.dtype(d) for d in args.dtypes.split(",")]
     ops = args.ops.split(",")
-    shapes = [(w, w) for w in parse_widths(args.widths)] + ([] if args.no_pairs else parse_shapes(args.pairs))
+    pairs = grid_pairs(args.pair_grid) if args.pair_grid else parse_shapes(args.pairs)
+    shapes = [(w, w) for w in parse_widths(args.widths)] + ([] if args.no_pairs else pairs)
     tall_ops = [op for op in ops if op != "mtsm"]
     sweep_widths = parse_widths(args.k_sweep_widths) if args.k_sweep else []
     sweep_ks = [int(k) for k in args.k_sweep_k.split(",")]

@@ -176,6 +176,8 @@ def test_main_numbers_every_row_as_it_is_timed(monkeypatch, tmp_path, capsys):
 
 
 def test_shapes_take_widths_and_pairs():
-    """The bench's --pairs and the tuner's --shapes: widths and ranges as M = N, MxN as pairs."""
+    """The bench's --pairs and the tuner's --shapes: widths and ranges as M = N, MxN as
+    pairs; the bench's --pair-grid: every pair of its widths."""
     assert bench.parse_shapes("1-3,13x48,64x8") == [(1, 1), (2, 2), (3, 3), (13, 48), (64, 8)]
     assert bench.parse_shapes(",".join(f"{m}x{n}" for m, n in bench.DEFAULT_PAIRS)) == list(bench.DEFAULT_PAIRS)
+    assert bench.grid_pairs("1-2,8") == [(1, 2), (1, 8), (2, 1), (2, 8), (8, 1), (8, 2)]
