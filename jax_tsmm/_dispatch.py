@@ -28,6 +28,7 @@ import contextlib
 import dataclasses
 import functools
 import json
+import math
 import pathlib
 import re
 
@@ -195,17 +196,36 @@ def tuned(key: str, k: int, arch: str, device: str = "") -> dict | None:
     if op in ("atb", "ab") and k < small_k and (
             chosen is None or chosen["k_min"] > k
             or chosen.get("k_tuned", chosen["k_min"]) >= NEAREST_KERNEL_REACH * k):
-        chosen = {"k_min": 0, "k_tuned": SMALL_K_TIMED, "config": None, "xla_faster_at": SMALL_K_XLA_ALIGNED}
+        chosen = {"k_min": 0, "k_tuned": SMALL_K_TIMED, "config": None, "xla_faster_at": SMALL_K_XLA_ALIGNED,
+                  "rule": f"K under {small_k}, below the K ranges tuned: XLA's dot (the small-K rule)"}
     if chosen is None:
         return None
     if op == "atb":
         if chosen["config"] is None and not _xla_measured_faster(chosen, k):
-            chosen = _nearest_kernel_entry(entries, k)
-            if chosen is None:
+            nearest = _nearest_kernel_entry(entries, k)
+            if nearest is None:
                 return None
+            chosen = {**nearest, "rule": f"XLA's Aᵀ B was timed faster only at K aligned otherwise; the kernel "
+                                         f"entry timed nearest K: {describe_entry(nearest)}"}
         if chosen["config"] is not None and _xla_measured_faster(chosen, k):
-            return {"k_min": chosen["k_min"], "k_tuned": chosen["xla_faster_at"], "config": None}
+            return {"k_min": chosen["k_min"], "k_tuned": chosen["xla_faster_at"], "config": None,
+                    "rule": f"XLA's Aᵀ B measured faster at K = {chosen['xla_faster_at']}, a factor of K"}
     return chosen
+
+
+def describe_entry(entry: dict, size: str = "K") -> str:
+    """What a database entry says, and where it was measured, in words (``size``:
+    what its K ranges count, mtsm's "M = K"). Every field but config is optional."""
+    if "rule" in entry:
+        return entry["rule"]
+    verdict = "XLA's dot measured faster" if entry["config"] is None else "its kernel measured fastest"
+    where = entry.get("source") or " ".join(["tuned", *filter(None, (entry.get("device"), entry.get("date")))])
+    timed = f"{where}, at {size} = {entry.get('k_tuned', entry.get('k_min', 0)):,}"
+    for label, library in (("kernel", "tsmm"), ("XLA's dot", "xla")):
+        if entry.get(f"{library}_s"):
+            pct = entry.get(f"{library}_pct")
+            timed += f"; {label} {entry[f'{library}_s'] * 1e3:.3f} ms" + (f" ({pct:.1f} % of roofline)" if pct else "")
+    return f"{verdict} ({timed})"
 
 
 def _entry(problem: Problem, k: int, arch: str, device: str, real_view: bool = True) -> dict | None:
@@ -221,7 +241,7 @@ def _entry(problem: Problem, k: int, arch: str, device: str, real_view: bool = T
     real = real_view_problem(problem) if real_view else None
     real_entry = tuned(problem_key(real), k, arch, device) if real is not None else None
     if real_entry is not None and real_entry["config"] is not None:
-        return {**real_entry, "real_view": True}
+        return {**real_entry, "real_view": True, "rule": f"its real view's update entry: {describe_entry(real_entry)}"}
     plain = tuned(problem_key(dataclasses.replace(problem, update=False)), k, arch, device)
     kernel_problem = real if plain is not None and plain.get("real_view", False) else problem
     if plain is None or plain["config"] is None or kernel_problem is None:  # XLA, or a real view ruled out
@@ -230,7 +250,8 @@ def _entry(problem: Problem, k: int, arch: str, device: str, real_view: bool = T
         config = carried_to_update(kernel_problem, Config(**plain["config"]))
     except InvalidSpec:
         return None
-    return {**plain, "config": dataclasses.asdict(config)}
+    return {**plain, "config": dataclasses.asdict(config),
+            "rule": f"plain ab's kernel entry, carried to the update: {describe_entry(plain)}"}
 
 
 def _nearest_kernel_entry(entries: list[dict], k: int) -> dict | None:
@@ -322,37 +343,60 @@ def select(op: str, dtype, m: int, n: int, k: int, batch_dims: int, conj: bool,
     takes XLA's dot beside a square that chose it (``_beside_an_xla_square``)
     or nearest measured pairs of which one did (``_near_an_xla_pair``).
     A forced spec serves the call's problem or its real view's."""
+    return choose(op, dtype, m, n, k, batch_dims, conj, arch, device, update=update, real_view=real_view).spec
+
+
+@dataclasses.dataclass(frozen=True)
+class Choice:
+    """A kernel, or None for XLA's dot, and why, in words (``python -m jax_tsmm.explain``)."""
+    spec: KernelSpec | MtsmSpec | None
+    reason: str
+
+
+def choose(op: str, dtype, m: int, n: int, k: int, batch_dims: int, conj: bool,
+           arch: str = "sm_90", device: str = "", *, update: bool = False, real_view: bool = True) -> Choice:
+    """``select``'s choice, with the reason for it."""
     dtype = np.dtype(dtype).name
-    if dtype not in KERNEL_DTYPES or batch_dims > MAX_BATCH_DIMS:
-        return None
+    if dtype not in KERNEL_DTYPES:
+        return Choice(None, f"no kernels for {dtype}")
+    if batch_dims > MAX_BATCH_DIMS:
+        return Choice(None, f"{batch_dims} batch axes after merging; the kernels take up to {MAX_BATCH_DIMS}")
     if not (1 <= m <= MAX_WIDTH and 1 <= n <= MAX_WIDTH) or k == 0:
-        return None
+        return Choice(None, f"no kernels for widths outside 1..{MAX_WIDTH} or K = 0")
     problem = Problem(op, dtype, m, n, conj=conj, update=update)
     real = real_view_problem(problem) if real_view else None
     spec = forced_spec(problem, real)
     if spec is not None:
-        return spec
+        return Choice(spec, "forced (_dispatch.forced)")
     entry = _entry(problem, k, arch, device, real_view)
     if entry is not None and entry["config"] is None:
-        return None  # XLA measured faster
-    if entry is None and (_beside_an_xla_square(problem, k, arch, device, real_view)
-                          or _near_an_xla_pair(problem, k, arch, device)):
-        return None
+        return Choice(None, f"the database: {describe_entry(entry)}")
+    if entry is None:
+        square = _beside_an_xla_square(problem, k, arch, device, real_view)
+        if square is not None:
+            return Choice(None, f"no entry serves it; beside {square.m} x {square.n}, whose entry chose XLA's dot by "
+                                f"more than {1 - XLA_CLEARLY_FASTER:.0%} (_beside_an_xla_square): "
+                                f"{describe_entry(_entry(square, k, arch, device, real_view))}")
+        pairs = _near_an_xla_pair(problem, k, arch, device)
+        if pairs:
+            return Choice(None, f"no entry serves it; the nearest measured pairs ({', '.join(pairs)}) chose XLA's dot "
+                                f"(_near_an_xla_pair): {describe_entry(tuned(pairs[0], k, arch, device))}")
     if real is not None and _prefers_real_view(entry, problem, real, arch):
         if entry is not None:  # the real kernel this entry timed against this problem's XLA
-            return KernelSpec(real, Config(**entry["config"]))
+            return Choice(KernelSpec(real, Config(**entry["config"])),
+                          f"the database, as its real view: {describe_entry(entry)}")
         return _real_view_kernel(real, k, arch, device)
     if entry is not None and not entry.get("real_view", False):
-        return KernelSpec(problem, Config(**entry["config"]))
+        return Choice(KernelSpec(problem, Config(**entry["config"])), f"the database: {describe_entry(entry)}")
     try:
-        return KernelSpec(problem, default_config(problem, arch))
+        return Choice(KernelSpec(problem, default_config(problem, arch)), "no entry serves it: the generator's model")
     except InvalidSpec:
-        return None
+        return Choice(None, "no entry serves it, and the model has no valid kernel")
 
 
-def _beside_an_xla_square(problem: Problem, k: int, arch: str, device: str, real_view: bool) -> bool:
-    """Whether ``problem``, an ab (or its fused update) of M != N without entries,
-    lies beside a square, M x M or N x N, whose entry chose XLA's dot at K by more
+def _beside_an_xla_square(problem: Problem, k: int, arch: str, device: str, real_view: bool) -> Problem | None:
+    """The square, M x M or N x N, beside ``problem``, an ab (or its fused update)
+    of M != N without entries, whose entry chose XLA's dot at K by more
     than the spread between runs (its best kernel under XLA_CLEARLY_FASTER of
     XLA's speed). XLA's A C streams at 90-100 % of the copy roofline at many
     widths, and such squares tell where. On an H100 (2026-11-27, 1 GiB operands)
@@ -369,16 +413,17 @@ def _beside_an_xla_square(problem: Problem, k: int, arch: str, device: str, real
     float32 1 x 1, which chose XLA by 6 %, the model's kernel ran 1 x 21 at
     1.90x XLA (79.8 %)."""
     if problem.op != "ab" or problem.m == problem.n:
-        return False
+        return None
     widths = (problem.n,) if problem.m == 1 else (problem.m, problem.n)
     squares = [dataclasses.replace(problem, m=width, n=width) for width in widths]
-    return any(_xla_clearly_faster(_entry(square, k, arch, device, real_view)) for square in squares)
+    return next((square for square in squares if _xla_clearly_faster(_entry(square, k, arch, device, real_view))),
+                None)
 
 
-def _near_an_xla_pair(problem: Problem, k: int, arch: str, device: str) -> bool:
-    """Whether ``problem``, a plain float64 ab of M != N without entries, lies
-    nearest (in octaves of M plus octaves of N) pairs with entries of which any
-    chose XLA's dot at K, its kernel under PAIR_XLA_FASTER of XLA's speed. The
+def _near_an_xla_pair(problem: Problem, k: int, arch: str, device: str) -> list[str]:
+    """The keys of the pairs nearest ``problem``, a plain float64 ab of M != N
+    without entries (in octaves of M plus octaves of N), that have entries and
+    chose XLA's dot at K, their kernel under PAIR_XLA_FASTER of XLA's speed. The
     pairs' entries come from the tuner and from surveys of the model's kernels
     (``tune --from-bench`` of ``bench --model --pair-grid``), on both GPUs a grid of
     12 widths (1, 2, 3, 4, 6, 8, .., 64) in float64 and of 7 (1, 2, 4, .., 64)
@@ -393,19 +438,19 @@ def _near_an_xla_pair(problem: Problem, k: int, arch: str, device: str) -> bool:
     lift one of the two pairs under 0.98x. So is the fused update, which saves
     XLA's second pass."""
     if problem.op != "ab" or problem.update or problem.dtype != "float64" or problem.m == problem.n:
-        return False
+        return []
     prefix = f"ab:{problem.dtype}:"
     distances = {}
     for key in database(arch, device):
         if key.startswith(prefix):
             m, n = map(int, key[len(prefix):].split("x"))
             if m != n:
-                distances[key] = abs(np.log2(m / problem.m)) + abs(np.log2(n / problem.n))
+                distances[key] = abs(math.log2(m / problem.m)) + abs(math.log2(n / problem.n))
     if not distances:
-        return False
+        return []
     nearest = min(distances.values())
-    entries = [tuned(key, k, arch, device) for key, distance in distances.items() if np.isclose(distance, nearest)]
-    return any(_xla_clearly_faster(entry, PAIR_XLA_FASTER) for entry in entries)
+    return [key for key, distance in distances.items()
+            if distance < nearest + 1e-9 and _xla_clearly_faster(tuned(key, k, arch, device), PAIR_XLA_FASTER)]
 
 
 # A square's entry counts as XLA's where its best kernel ran under this fraction of
@@ -426,12 +471,15 @@ def _xla_clearly_faster(entry: dict | None, margin: float = XLA_CLEARLY_FASTER) 
     return entry["xla_s"] < margin * entry["tsmm_s"]
 
 
-def _real_view_kernel(real: Problem, k: int, arch: str, device: str) -> KernelSpec:
+def _real_view_kernel(real: Problem, k: int, arch: str, device: str) -> Choice:
     """The kernel of a real view's problem: its own tuned kernel where the database
     has one, else the model's. An entry of the real problem that chose XLA compared
     against the real dtype's dot, which says nothing about the complex one (XLA's
     complex ab reached 51-83 % where the real views reached 86-95 %)."""
     entry = _entry(real, k, arch, device)
     if entry is not None and entry["config"] is not None:
-        return KernelSpec(real, Config(**entry["config"]))
-    return KernelSpec(real, default_config(real, arch))
+        return Choice(KernelSpec(real, Config(**entry["config"])),
+                      f"no entry serves it; as its real view (the model's rule), by the real problem's entry: "
+                      f"{describe_entry(entry)}")
+    return Choice(KernelSpec(real, default_config(real, arch)),
+                  "no entry serves it; as its real view (the model's rule), the model's kernel of the real problem")

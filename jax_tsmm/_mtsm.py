@@ -158,24 +158,33 @@ def select(dtype, transpose_a: bool, n: int, conj: bool, size: int, arch: str = 
     and float32 kernels do; XLA's complex64 has no such path at HIGHEST
     precision). An untuned N follows the tuned widths nearest it (``_untuned_width``);
     a forced spec (the tuner's) serves its problem."""
+    return choose(dtype, transpose_a, n, conj, size, arch, device).spec
+
+
+def choose(dtype, transpose_a: bool, n: int, conj: bool, size: int, arch: str = "sm_90",
+           device: str = "") -> _dispatch.Choice:
+    """``select``'s choice, with the reason for it."""
     dtype = np.dtype(dtype).name
-    if dtype not in KERNEL_DTYPES or not 1 <= n <= mtsm_codegen.MAX_N:
-        return None
+    if dtype not in KERNEL_DTYPES:
+        return _dispatch.Choice(None, f"no kernels for {dtype}")
+    if not 1 <= n <= mtsm_codegen.MAX_N:
+        return _dispatch.Choice(None, f"no kernels for N outside 1..{mtsm_codegen.MAX_N}")
     problem = mtsm_codegen.MtsmProblem(transpose_a, dtype, n, conj=conj)
     spec = _dispatch.forced_spec(problem)
     if spec is not None:
-        return spec
+        return _dispatch.Choice(spec, "forced (_dispatch.forced)")
     entry = _dispatch.tuned(_dispatch.mtsm_key(transpose_a, dtype, n), size, arch, device)
     if entry is not None:
         config = entry["config"]
-        return None if config is None else mtsm_codegen.MtsmSpec(problem, mtsm_codegen.MtsmConfig(**config))
+        spec = None if config is None else mtsm_codegen.MtsmSpec(problem, mtsm_codegen.MtsmConfig(**config))
+        return _dispatch.Choice(spec, f"the database: {_dispatch.describe_entry(entry, 'M = K')}")
     if dtype == "complex128" and fma_bound(problem):
-        return None
+        return _dispatch.Choice(None, "complex128 at this N would bind the FMA units; XLA's ZGEMM runs on the "
+                                      "FP64 tensor cores")
     return _untuned_width(problem, size, arch, device)
 
 
-def _untuned_width(problem: mtsm_codegen.MtsmProblem, size: int, arch: str,
-                   device: str) -> mtsm_codegen.MtsmSpec | None:
+def _untuned_width(problem: mtsm_codegen.MtsmProblem, size: int, arch: str, device: str) -> _dispatch.Choice:
     """An untuned N between tuned widths (12 between 8 and 16) takes a kernel only
     where both chose kernels at ``size``, and then the wider one's configuration
     fitted to N (``fitted``; the model's where that is invalid). Its own kernel
@@ -186,11 +195,18 @@ def _untuned_width(problem: mtsm_codegen.MtsmProblem, size: int, arch: str,
     width leaves the model's kernel."""
     model = mtsm_codegen.MtsmSpec(problem, mtsm_codegen.default_config(problem))
     neighbours = tuned_neighbours(problem, size, arch, device)
+    widths = " and ".join(str(width) for width, _ in neighbours)
     if len(neighbours) < 2:
-        return model
+        return _dispatch.Choice(model, "no entry serves it, nor a tuned width on both sides: the generator's model")
     if any(config is None for _, config in neighbours):
-        return None
-    return fitted(problem, *neighbours[1]) or model
+        return _dispatch.Choice(None, f"no entry serves it; of the tuned widths beside it ({widths}), one chose "
+                                      "XLA's dot at this size (_untuned_width)")
+    fit = fitted(problem, *neighbours[1])
+    if fit is None:
+        return _dispatch.Choice(model, f"no entry serves it; the tuned widths beside it ({widths}) chose kernels, "
+                                       "the wider one's does not fit N: the generator's model")
+    return _dispatch.Choice(fit, f"no entry serves it; the tuned widths beside it ({widths}) chose kernels: "
+                                 f"the wider one's, fitted to N (_untuned_width)")
 
 
 def tuned_neighbours(problem: mtsm_codegen.MtsmProblem, size: int, arch: str,

@@ -1,0 +1,84 @@
+"""python -m jax_tsmm.explain: dispatch's choice for a shape, and the reason, on any machine."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from jax_tsmm import _dispatch, _mtsm, explain
+from jax_tsmm.codegen import Problem, default_config
+from jax_tsmm.codegen import mtsm as mtsm_codegen
+
+K = 1 << 22
+
+
+def kernel_entry(problem, xla_s=2.0):
+    return [{"k_min": 0, "k_tuned": K, "config": dataclasses.asdict(default_config(problem)), "tsmm_s": 1e-3,
+             "tsmm_pct": 90.0, "xla_s": xla_s * 1e-3, "xla_pct": 45.0, "device": "NVIDIA H200", "date": "2026-11-27"}]
+
+
+def xla_entry(k_tuned=K):
+    return [{"k_min": 0, "k_tuned": k_tuned, "config": None, "tsmm_s": 1e-3, "tsmm_pct": 80.0, "xla_s": 0.8e-3,
+             "xla_pct": 100.0, "source": "bench NVIDIA H100 80GB HBM3 2026-11-27"}]
+
+
+@pytest.fixture
+def database(monkeypatch):
+    entries = {}
+    monkeypatch.setattr(_dispatch, "database", lambda *_: entries)
+    return entries
+
+
+def test_each_reason_names_its_rule_and_measurement(database):
+    """The database's kernel and XLA verdicts with their timings, the square and
+    nearest-pair rules with the entry behind them, small K, the model; and the
+    spec is select's."""
+    database["atb:float64:20x20"] = kernel_entry(Problem("atb", "float64", 20, 20))
+    database["ab:float64:10x10"] = xla_entry()
+    database["ab:float64:32x1"] = xla_entry()
+    cases = {  # (op, dtype, M, N, K): (XLA's dot?, words of the reason)
+        ("atb", "float64", 20, 20, K): (False, ["its kernel measured fastest", "tuned NVIDIA H200 2026-11-27",
+                                                "90.0 %"]),
+        ("ab", "float64", 10, 10, K): (True, ["XLA's dot measured faster", "bench NVIDIA H100 80GB HBM3 2026-11-27"]),
+        ("ab", "float64", 10, 20, K): (True, ["beside 10 x 10", "_beside_an_xla_square", "XLA's dot measured faster"]),
+        ("ab", "float64", 30, 1, K): (True, ["ab:float64:32x1", "_near_an_xla_pair"]),
+        ("ab", "float32", 30, 2, K): (False, ["the generator's model"]),
+        ("ab", "float32", 7, 5, 1000): (True, ["the small-K rule"]),
+        ("ab", "float16", 8, 8, K): (True, ["no kernels for float16"]),
+    }
+    for (op, dtype, m, n, k), (xla, words) in cases.items():
+        choice = _dispatch.choose(op, dtype, m, n, k, 0, False)
+        assert choice.spec == _dispatch.select(op, dtype, m, n, k, 0, False)
+        assert (choice.spec is None) == xla, (op, dtype, m, n, choice.reason)
+        for word in words:
+            assert word in choice.reason, (op, dtype, m, n, choice.reason)
+
+
+def test_mtsm_untuned_widths_say_which_neighbours_decided(database):
+    """An untuned N between tuned widths: fitted from the wider one where both chose
+    kernels, XLA's dot where one chose it; a tuned N gives its entry."""
+    for width in (8, 16):
+        problem = mtsm_codegen.MtsmProblem(False, "float32", width)
+        config = dataclasses.asdict(mtsm_codegen.default_config(problem))
+        database[_dispatch.mtsm_key(False, "float32", width)] = [{"k_min": 0, "k_tuned": 16384, "config": config}]
+    database[_dispatch.mtsm_key(False, "float64", 8)] = xla_entry(16384)
+    database[_dispatch.mtsm_key(False, "float64", 16)] = xla_entry(16384)
+    fitted = _mtsm.choose("float32", False, 12, False, 16384)
+    assert fitted.spec is not None and "the wider one's, fitted to N" in fitted.reason and "8 and 16" in fitted.reason
+    assert _mtsm.choose("float32", False, 16, False, 16384).reason.startswith("the database: its kernel")
+    xla = _mtsm.choose("float64", False, 12, False, 16384)
+    assert xla.spec is None and "chose XLA's dot" in xla.reason
+    assert "M = K = 16,384" in _mtsm.choose("float64", False, 8, False, 16384).reason
+
+
+def test_the_command_prints_the_choice_for_a_named_gpu(database, capsys):
+    database["ab:float64:32x1"] = xla_entry()
+    explain.main(["ab", "float64", "30", "1", "--k", str(K), "--device", "NVIDIA H200", "--arch", "sm_90"])
+    line = capsys.readouterr().out
+    assert line.startswith("ab 30 x 1, K = 4,194,304, float64, on NVIDIA H200 (sm_90): XLA's dot. Why:")
+    explain.main(["ab", "float32", "8", "36", "--k", str(K), "--device", ""])
+    line = capsys.readouterr().out
+    assert "(the architecture's database): kernel tsmm_ab_float32_m8_n36_" in line and "generator's model" in line
+    explain.main(["mtsm", "float32", "4096", "3", "--k", "2048", "--transpose-a", "--device", ""])
+    assert capsys.readouterr().out.startswith("Aᵀ X, A 2048 x 4096, N = 3, float32")
