@@ -3,11 +3,14 @@
 Precedence (Tensile's library logic): the tuning database, whose entries for
 (op, dtype, M, N) are split into K ranges by thresholds (ab's fused update
 without entries of its own: plain ab's kernel entry, carried to the update);
-then the generator's model; XLA's dot where no kernel applies or where the
-tuner measured XLA faster. The database is this GPU's architecture's file, overridden entry by
-entry by the file of this GPU model where there is one: GPUs of one
-architecture differ in bandwidth (an H200 streams 1.45x an H100's bytes to the
-same tensor cores), so the fastest kernel of a width can differ between them.
+then the generator's model; XLA's dot where no kernel applies, where the
+tuner measured XLA faster, and for untuned ab pairs where measured neighbours
+say so (``_beside_an_xla_square``, ``_near_an_xla_pair``). ``choose`` gives the
+reason with the choice (``python -m jax_tsmm.explain``). The database is this
+GPU's architecture's file, overridden entry by entry by the file of this GPU
+model where there is one: GPUs of one architecture differ in bandwidth (an H200
+streams 1.45x an H100's bytes to the same tensor cores), so the fastest kernel
+of a width can differ between them.
 
 A complex problem may run as its real view: a complex (K, M) row-major matrix
 is bit for bit a real (K, 2M) one, so op(A)ᵀ B is read off the real (2M, 2N)
