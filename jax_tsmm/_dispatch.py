@@ -375,15 +375,16 @@ def choose(op: str, dtype, m: int, n: int, k: int, batch_dims: int, conj: bool,
     if entry is not None and entry["config"] is None:
         return Choice(None, f"the database: {describe_entry(entry)}")
     if entry is None:
-        square = _beside_an_xla_square(problem, k, arch, device, real_view)
-        if square is not None:
+        beside = _beside_an_xla_square(problem, k, arch, device, real_view)
+        if beside is not None:
+            square, square_entry = beside
             return Choice(None, f"no entry serves it; beside {square.m} x {square.n}, whose entry chose XLA's dot by "
                                 f"more than {1 - XLA_CLEARLY_FASTER:.0%} (_beside_an_xla_square): "
-                                f"{describe_entry(_entry(square, k, arch, device, real_view))}")
+                                f"{describe_entry(square_entry)}")
         pairs = _near_an_xla_pair(problem, k, arch, device)
         if pairs:
             return Choice(None, f"no entry serves it; the nearest measured pairs ({', '.join(pairs)}) chose XLA's dot "
-                                f"(_near_an_xla_pair): {describe_entry(tuned(pairs[0], k, arch, device))}")
+                                f"(_near_an_xla_pair): {describe_entry(next(iter(pairs.values())))}")
     if real is not None and _prefers_real_view(entry, problem, real, arch):
         if entry is not None:  # the real kernel this entry timed against this problem's XLA
             return Choice(KernelSpec(real, Config(**entry["config"])),
@@ -397,9 +398,10 @@ def choose(op: str, dtype, m: int, n: int, k: int, batch_dims: int, conj: bool,
         return Choice(None, "no entry serves it, and the model has no valid kernel")
 
 
-def _beside_an_xla_square(problem: Problem, k: int, arch: str, device: str, real_view: bool) -> Problem | None:
+def _beside_an_xla_square(problem: Problem, k: int, arch: str, device: str,
+                          real_view: bool) -> tuple[Problem, dict] | None:
     """The square, M x M or N x N, beside ``problem``, an ab (or its fused update)
-    of M != N without entries, whose entry chose XLA's dot at K by more
+    of M != N without entries, with its entry, that chose XLA's dot at K by more
     than the spread between runs (its best kernel under XLA_CLEARLY_FASTER of
     XLA's speed). XLA's A C streams at 90-100 % of the copy roofline at many
     widths, and such squares tell where. On an H100 (2026-11-27, 1 GiB operands)
@@ -418,19 +420,22 @@ def _beside_an_xla_square(problem: Problem, k: int, arch: str, device: str, real
     if problem.op != "ab" or problem.m == problem.n:
         return None
     widths = (problem.n,) if problem.m == 1 else (problem.m, problem.n)
-    squares = [dataclasses.replace(problem, m=width, n=width) for width in widths]
-    return next((square for square in squares if _xla_clearly_faster(_entry(square, k, arch, device, real_view))),
-                None)
+    for width in widths:
+        square = dataclasses.replace(problem, m=width, n=width)
+        entry = _entry(square, k, arch, device, real_view)
+        if _xla_clearly_faster(entry):
+            return square, entry
+    return None
 
 
-def _near_an_xla_pair(problem: Problem, k: int, arch: str, device: str) -> list[str]:
-    """The keys of the pairs nearest ``problem``, a plain float64 ab of M != N
-    without entries (in octaves of M plus octaves of N), that have entries and
-    chose XLA's dot at K, their kernel under PAIR_XLA_FASTER of XLA's speed. The
-    pairs' entries come from the tuner and from surveys of the model's kernels
-    (``tune --from-bench`` of ``bench --model --pair-grid``), on both GPUs a grid of
-    12 widths (1, 2, 3, 4, 6, 8, .., 64) in float64 and of 7 (1, 2, 4, .., 64)
-    in float32. On an H200 (2026-11-27) XLA's dot beat the model's float64
+def _near_an_xla_pair(problem: Problem, k: int, arch: str, device: str) -> dict[str, dict]:
+    """The pairs nearest ``problem``, a plain float64 ab of M != N without
+    entries (in octaves of M plus octaves of N), that have entries and chose
+    XLA's dot at K, their kernel under PAIR_XLA_FASTER of XLA's speed: key ->
+    the entry that serves K. The pairs' entries come from the tuner and from
+    surveys of the model's kernels (``tune --from-bench`` of ``bench --model
+    --pair-grid``), on both GPUs a grid of 12 widths (1, 2, 3, 4, 6, 8, .., 64)
+    in float64 and of 7 (1, 2, 4, .., 64) in float32. On an H200 (2026-11-27) XLA's dot beat the model's float64
     kernel at 91 of the 132 float64 pairs there (0.64-0.998x; XLA's dot at 89 %
     of the copy roofline in geometric mean). Off the grid, at 49 float64 pairs
     (eleven chosen, 38 drawn at random), the model's kernels ran under 0.98x
@@ -441,7 +446,7 @@ def _near_an_xla_pair(problem: Problem, k: int, arch: str, device: str) -> list[
     lift one of the two pairs under 0.98x. So is the fused update, which saves
     XLA's second pass."""
     if problem.op != "ab" or problem.update or problem.dtype != "float64" or problem.m == problem.n:
-        return []
+        return {}
     prefix = f"ab:{problem.dtype}:"
     distances = {}
     for key in database(arch, device):
@@ -450,10 +455,10 @@ def _near_an_xla_pair(problem: Problem, k: int, arch: str, device: str) -> list[
             if m != n:
                 distances[key] = abs(math.log2(m / problem.m)) + abs(math.log2(n / problem.n))
     if not distances:
-        return []
+        return {}
     nearest = min(distances.values())
-    return [key for key, distance in distances.items()
-            if distance < nearest + 1e-9 and _xla_clearly_faster(tuned(key, k, arch, device), PAIR_XLA_FASTER)]
+    entries = {key: tuned(key, k, arch, device) for key, distance in distances.items() if distance < nearest + 1e-9}
+    return {key: entry for key, entry in entries.items() if _xla_clearly_faster(entry, PAIR_XLA_FASTER)}
 
 
 # A square's entry counts as XLA's where its best kernel ran under this fraction of
