@@ -34,15 +34,25 @@ C_SHARED_LIMIT = 48 * 1024
 # thresholds: at the same width it needs twice float64's flops per byte.
 MMA_MIN_OUTPUTS = 16 * 16
 ATB_MMA_MIN_OUTPUTS = 8 * 8
+# ab with A's rows this wide whatever N: each row of out costs M FMAs from staged
+# rows, and a stage holds few such rows (few threads), where DMMA takes 8 rows a
+# step. On an H200 (2026-11-27, tuner) DMMA ran float64 16x3, 24x3, 32x3, 34x1..64x1,
+# 48x2, 64x2, 48x3 and 64x3 at 98-104 % of the roofline, the FMA kernels at 70-97 %
+# (performance.md, forty-eighth round).
+AB_MMA_MIN_M = 16
 ATB_MMA_MIN_WIDTH = 5  # narrower, most of each 8-wide block would be waste
 MMA_TILE_BLOCKS = 8  # 8x8 blocks per warp beyond 32x32: 32 accumulator registers
 MMA_MAX_WARPS = 8
 MMA_MIN_WARPS = 8  # per block beyond 32x32; the widths up to 32x32, which ran well, had 8 to 12
-# sm_90 only (wgmma, built for sm_90a): float32 ab with both widths in this range.
+# sm_90 only (wgmma, built for sm_90a): float32 ab with M in this range and N up to 64.
 # Measured on an H200 (2026-11-24, tuner): wgmma ahead of the DMMA kernel below at
 # every square width from 33 to 64, by 10-43 points of the copy roofline; the
-# configuration is the most frequent winner there (12 of 32 widths).
-WGMMA_WIDTHS = range(33, 65)
+# configuration is the most frequent winner there (12 of 32 widths). And from M = 16
+# (2026-11-27, tuner): wgmma ran float32 16x5, 20x9, 26x5, 27x6, 40x1, 48x1, 48x2 and
+# 64x2 at 97-103 % of the roofline where the FMA kernels ran 62-77 % (the tuned
+# squares from 9 to 31 are wgmma's there too).
+WGMMA_M = range(16, 65)
+WGMMA_NARROW_N = 16  # wgmma_config: more warpgroups per SM for out this narrow
 # Its A staged by bulk copies (a producer warp) and out leaving by bulk stores, where M
 # is not a multiple of 32: on an H200 (2026-11-24, tuner) the winner at all 22 widths of
 # 33..61 re-tuned that are not multiples of 8, 89-113 % of the roofline against 75-92 %
@@ -61,7 +71,12 @@ WGMMA_WIDTHS = range(33, 65)
 # widths, 19 of them with bulk copies and all 22 one block per SM (88.7-96.9 % of the
 # roofline); the model's vector copies in two blocks ran the fused update at 36, 44,
 # 52, 57, 60 and 63 at 53-85 %, its bulk copies in one block at 63-95 %
-# (performance.md, thirty-ninth round).
+# (performance.md, thirty-ninth round). float64 DMMA ab with out up to 8 wide (one
+# block of 8 columns a warp) stages by bulk copies at any M, in the model's blocks
+# per SM: on an H200 (2026-11-27, tuner) the model's geometry ran float64 24x3, 32x3,
+# 34x1, 48x1, 48x2, 48x3 and 64x3 at 98.0-101.5 % of the roofline with bulk copies,
+# 92.1-103.4 % with vector copies. (Wider, two blocks' warps with a producer warp
+# each spill under their share of registers: float64 16x9, 24x13, 57x16.)
 BULK_MIN_OUTPUTS = 64 * 64
 # complex128 atb with both widths in this range (8 blocks of 8 each) on sm_90: Gauss's
 # three products (Config.gauss) in 4x2 warp tiles of 8 warps, bulk copies inline, one
@@ -211,17 +226,47 @@ def wide_tf32x3_ab_config(problem: Problem) -> Config:
 
 
 def wgmma_config(problem: Problem) -> Config:
-    """3xTF32 ab through wgmma: one warpgroup of 64 rows a pass, two blocks per SM, out
-    staged, bulk copies where M allows them and the registers (estimated) of two
-    blocks with a producer warp each fit an SM; the tuner's wgmma candidates vary its
-    stage geometry, copies and occupancy."""
-    config = Config(tile_m=2, tile_n=math.ceil(problem.n / 8), mapping="blocked", row_groups=4, rows_per_stage=64,
-                    stages=STAGES, mma=True, tf32x3=True, wgmma=True, c_source="shared", stage_out=True,
-                    blocks_per_sm=BLOCKS_PER_SM)
-    bulk = KernelSpec(problem, dataclasses.replace(config, stage_copy="bulk"))
+    """3xTF32 ab through wgmma: warpgroups of 64 rows a pass, stages of whole passes
+    up to STAGE_BYTES, out staged. Out up to WGMMA_NARROW_N wide (little work per
+    warp for each fragment of A): two warpgroups in each of two blocks per SM, or
+    where their registers (estimated) or stages do not fit, three in one block,
+    stages of one pass. Else one warpgroup in each of two blocks. Bulk copies where M allows them
+    and the registers of the blocks with a producer warp each fit an SM. The tuner's
+    wgmma candidates vary its stage geometry, copies and occupancy. On an H200
+    (2026-11-27, tuner) one warpgroup in each of two blocks ran float32 48x1, 48x2 and
+    27x6 at 59-76 % of the roofline with stages of one pass, 89-91 % with two; two
+    warpgroups at 95-99 %, three in one block at 96-102 % for 40x1..64x2
+    (performance.md, forty-eighth round)."""
+    stage_rows = STAGE_BYTES // _ab_staged_row_bytes(problem, problem.m * problem.element_bytes)
+
+    def config(row_groups: int, blocks: int, passes: int = 0) -> Config:
+        rows_per_pass = 16 * row_groups  # 4 warps a warpgroup
+        rows = rows_per_pass * (passes or max(1, stage_rows // rows_per_pass))
+        return Config(tile_m=2, tile_n=math.ceil(problem.n / 8), mapping="blocked", row_groups=row_groups,
+                      rows_per_stage=rows, stages=STAGES, mma=True, tf32x3=True, wgmma=True, c_source="shared",
+                      stage_out=True, blocks_per_sm=blocks)
+
+    def fits(candidate: Config) -> bool:
+        spec = KernelSpec(problem, candidate)
+        try:
+            validate(spec)
+        except InvalidSpec:
+            return False
+        return occupancy_ok(spec)
+
+    narrow = [config(8, BLOCKS_PER_SM), config(12, 1, passes=1)] if problem.n <= WGMMA_NARROW_N else []
+    chosen = next((candidate for candidate in narrow if fits(candidate)), config(4, BLOCKS_PER_SM))
+    bulk = KernelSpec(problem, dataclasses.replace(chosen, stage_copy="bulk"))
     if wgmma_fragment_vector(problem.m) and registers_fit(bulk):
         return bulk.config
-    return config
+    return chosen
+
+
+def takes_wgmma(problem: Problem, arch: str) -> bool:
+    """Whether the model runs ``problem`` through wgmma (wgmma_config): float32 ab on
+    GPUs with wgmma, M in WGMMA_M and N up to 64."""
+    return (has_wgmma(arch) and problem.op == "ab" and problem.dtype == "float32"
+            and problem.m in WGMMA_M and problem.n <= 64)
 
 
 def runs_gauss(problem: Problem, arch: str) -> bool:
@@ -242,8 +287,7 @@ def default_config(problem: Problem, arch: str = "") -> Config:
     (empty: any from sm_80, as the prebuilt set is built; "sm_90" may get wgmma)."""
     if problem.update:
         return carried_to_update(problem, default_config(dataclasses.replace(problem, update=False), arch))
-    if (has_wgmma(arch) and problem.op == "ab" and problem.dtype == "float32"
-            and problem.m in WGMMA_WIDTHS and problem.n in WGMMA_WIDTHS):
+    if takes_wgmma(problem, arch):
         return wgmma_config(problem)
     if problem.op == "ab" and problem.dtype == "float32" and problem.m * problem.n > TF32X3_AB_MIN_OUTPUTS:
         config = wide_tf32x3_ab_config(problem)
@@ -253,11 +297,14 @@ def default_config(problem: Problem, arch: str = "") -> Config:
         return gauss_atb_config()
     widest = _widest_tile(problem)
     atb_mma = problem.m * problem.n > ATB_MMA_MIN_OUTPUTS and min(problem.m, problem.n) >= ATB_MMA_MIN_WIDTH
-    if problem.dtype in MMA_DTYPES and (problem.m * problem.n > MMA_MIN_OUTPUTS or problem.op == "atb" and atb_mma):
+    ab_mma = problem.m >= AB_MMA_MIN_M
+    if problem.dtype in MMA_DTYPES and (problem.m * problem.n > MMA_MIN_OUTPUTS
+                                        or (atb_mma if problem.op == "atb" else ab_mma)):
         mma_config = _atb_mma_config if problem.op == "atb" else _ab_mma_config
         config = _shrink_to_fit(problem, mma_config(problem))
-        if problem.m * problem.n > BULK_MIN_OUTPUTS and arch and has_bulk_copies(arch):
-            one_block = {} if problem.op == "atb" else dict(blocks_per_sm=1)
+        bulk_ab = problem.op == "ab" and problem.dtype == "float64" and problem.n <= 8
+        if (problem.m * problem.n > BULK_MIN_OUTPUTS or bulk_ab) and arch and has_bulk_copies(arch):
+            one_block = dict(blocks_per_sm=1) if problem.op == "ab" and problem.m * problem.n > BULK_MIN_OUTPUTS else {}
             bulk = dataclasses.replace(config, stage_copy="bulk", **one_block)
             probe = KernelSpec(problem, bulk)
             granule = probe.rows_per_pass  # rows taken row_spacing apart
@@ -276,32 +323,42 @@ def default_config(problem: Problem, arch: str = "") -> Config:
             except InvalidSpec:
                 if m_panels == problem.m:
                     raise
-    else:
-        # Columns: enough threads side by side that a row's stores fill sectors.
-        lanes = min(problem.n, max(1, SECTOR_BYTES // problem.element_bytes))
-        tile_n = _split(math.ceil(problem.n / lanes), widest)
-        lanes = math.ceil(problem.n / tile_n)
-        # Rows: a tile of about widest²/4 accumulators.
-        tile_m = max(1, min(widest, widest * widest // 4 // tile_n))
-        row_groups = max(1, round(TARGET_THREADS / lanes))
-        # A stage (A's rows, and out's if staged) must hold one pass of the block's row tiles.
-        # Rows of out that are whole 16-byte vectors already leave in full sectors from
-        # the register tiles (float32 7x32 and 10x20 lost 9-12 points staged on an
-        # H200, forty-sixth round); others are staged.
-        stage_out = problem.n * problem.element_bytes % 16 != 0
-        a_row_bytes = problem.m * problem.element_bytes
-        row_bytes = _ab_staged_row_bytes(problem, a_row_bytes) if stage_out else a_row_bytes
-        stage_rows = max(1, STAGE_BYTES // row_bytes)
-        tile_m = max(1, min(tile_m, stage_rows // row_groups))
-        row_groups = max(1, min(row_groups, stage_rows // tile_m))
-        rows = _rows_per_stage(problem, row_bytes, row_groups * tile_m)
-        # A large C would crowd out the stages: read it through L1 instead.
-        c_bytes = problem.m * problem.n * problem.element_bytes
-        c_source = "shared" if c_bytes <= C_SHARED_LIMIT else "global"
-        config = Config(tile_m=tile_m, tile_n=tile_n, row_groups=row_groups, rows_per_stage=rows,
-                        stages=STAGES, unroll=min(problem.m, 4), c_source=c_source, padded=True,
-                        stage_out=stage_out, blocks_per_sm=BLOCKS_PER_SM)
-    return _shrink_to_fit(problem, config)
+    return fma_ab_config(problem, widest)
+
+
+def fma_ab_config(problem: Problem, widest: int) -> Config:
+    """ab on the FMA units: register tiles of out, threads side by side along N so that
+    a row's stores fill sectors, row groups for ~TARGET_THREADS threads where a stage
+    holds that many rows."""
+    # Columns: enough threads side by side that a row's stores fill sectors.
+    lanes = min(problem.n, max(1, SECTOR_BYTES // problem.element_bytes))
+    tile_n = _split(math.ceil(problem.n / lanes), widest)
+    lanes = math.ceil(problem.n / tile_n)
+    # Rows: a tile of about widest²/4 accumulators.
+    tile_m = max(1, min(widest, widest * widest // 4 // tile_n))
+    row_groups = max(1, round(TARGET_THREADS / lanes))
+    # A stage (A's rows, and out's if staged) must hold one pass of the block's row tiles.
+    # Rows of out that are whole 16-byte vectors already leave in full sectors from
+    # the register tiles (float32 7x32 and 10x20 lost 9-12 points staged on an
+    # H200, forty-sixth round); others are staged.
+    stage_out = problem.n * problem.element_bytes % 16 != 0
+    a_row_bytes = problem.m * problem.element_bytes
+    row_bytes = _ab_staged_row_bytes(problem, a_row_bytes) if stage_out else a_row_bytes
+    stage_rows = max(1, STAGE_BYTES // row_bytes)
+    tile_m = max(1, min(tile_m, stage_rows // row_groups))
+    row_groups = max(1, min(row_groups, stage_rows // tile_m))
+    # A pass of whole 16-byte vectors of rows: otherwise a stage must round up to a
+    # multiple of both, which the budget then halves the row groups to meet (float32
+    # 64x1 had 31 threads a block, 16x5 and 20x9 60).
+    step = problem.vector_elements // math.gcd(tile_m, problem.vector_elements)
+    row_groups = max(step, row_groups // step * step)
+    rows = _rows_per_stage(problem, row_bytes, row_groups * tile_m)
+    # A large C would crowd out the stages: read it through L1 instead.
+    c_bytes = problem.m * problem.n * problem.element_bytes
+    c_source = "shared" if c_bytes <= C_SHARED_LIMIT else "global"
+    return _shrink_to_fit(problem, Config(
+        tile_m=tile_m, tile_n=tile_n, row_groups=row_groups, rows_per_stage=rows, stages=STAGES,
+        unroll=min(problem.m, 4), c_source=c_source, padded=True, stage_out=stage_out, blocks_per_sm=BLOCKS_PER_SM))
 
 
 def carried_to_update(problem: Problem, config: Config) -> Config:

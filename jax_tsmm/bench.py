@@ -570,12 +570,13 @@ def main(argv=None) -> None:
     add_loop_seconds_option(parser)
     parser.add_argument("--json", default="bench.json")
     parser.add_argument("--plot", default="bench.png")
+    parser.add_argument("--compile-only", action="store_true",
+                        help="compile the kernels the run would time into the kernel cache ($JAX_TSMM_CACHE_DIR) "
+                             "and stop, on any machine with nvcc, for the cache to travel to the GPU machine (with "
+                             "--model; dispatch's own kernels depend on the GPU's database)")
     args = parser.parse_args(argv)
     set_loop_seconds(args.loop_seconds)
     jax.config.update("jax_enable_x64", True)
-    device = jax.devices()[0]
-    if device.platform != "gpu":
-        sys.exit("jax_tsmm.bench needs a GPU")
     dtypes = [np.dtype(d) for d in args.dtypes.split(",")]
     ops = args.ops.split(",")
     pairs = grid_pairs(args.pair_grid) if args.pair_grid else parse_shapes(args.pairs)
@@ -585,7 +586,14 @@ def main(argv=None) -> None:
     sweep_ks = [int(k) for k in args.k_sweep_k.split(",")]
     mtsm_sizes = [int(size) for size in args.mtsm_sizes.split(",")]
     mtsm_widths = parse_widths(args.mtsm_widths)
-
+    kernels = kernels_to_time(ops, dtypes, shapes, sweep_widths, sweep_ks, args.model, mtsm_sizes, mtsm_widths)
+    if args.compile_only:
+        _kernels.precompile(kernels, _cuda.arch())  # the default architecture where this machine has no GPU
+        print(f"{len(kernels)} kernels for {_cuda.arch()} in {_kernels.cache_dir()}")
+        return
+    device = jax.devices()[0]
+    if device.platform != "gpu":
+        sys.exit("jax_tsmm.bench needs a GPU")
     print(f"{device.device_kind}, jax {jax.__version__}, {datetime.date.today()}", flush=True)
     ceilings = measure_ceilings()
     print(
@@ -593,7 +601,6 @@ def main(argv=None) -> None:
         + ", ".join(f"{k} {v / 1e12:.1f} TFLOP/s" for k, v in ceilings["peak_flops"].items() if k.startswith("float")),
         flush=True,
     )
-    kernels = kernels_to_time(ops, dtypes, shapes, sweep_widths, sweep_ks, args.model, mtsm_sizes, mtsm_widths)
     _kernels.precompile(kernels, _cuda.arch())  # in parallel, before any timing
     problems = [(op, d, m, n) for d in dtypes for op in tall_ops for m, n in shapes]
     mtsm_count = 2 * len(dtypes) * len(mtsm_sizes) * len(mtsm_widths) if "mtsm" in ops else 0

@@ -175,6 +175,22 @@ def test_main_numbers_every_row_as_it_is_timed(monkeypatch, tmp_path, capsys):
     assert (tmp_path / "run.png").exists() and (tmp_path / "run.md").exists()
 
 
+def test_compile_only_compiles_the_models_kernels_without_a_gpu(monkeypatch, capsys):
+    """--compile-only hands what the run would time to the compiler, for sm_90 where
+    this machine has no GPU, and stops before any device is asked for."""
+    asked = []
+    monkeypatch.setattr(bench._kernels, "precompile", lambda specs, arch: asked.append((list(specs), arch)))
+    monkeypatch.setattr(bench.jax, "devices", lambda *args: pytest.fail("no device wanted"))
+    bench.main(["--compile-only", "--model", "--ops", "ab", "--dtypes", "float64", "--widths", "3", "--pairs", "48x1"])
+    [(specs, arch)] = asked
+    float64 = np.dtype("float64")
+    assert arch == "sm_90"
+    with bench.dispatch_context(True):
+        assert specs == [bench.timed_kernel("ab", float64, m, n, bench.problem_rows(m, n, float64))
+                         for m, n in ((3, 3), (48, 1))]
+    assert "2 kernels for sm_90" in capsys.readouterr().out
+
+
 def test_shapes_take_widths_and_pairs():
     """The bench's --pairs and the tuner's --shapes: widths and ranges as M = N, MxN as
     pairs; the bench's --pair-grid: every pair of its widths."""

@@ -714,25 +714,31 @@ def test_model_stages_ab_out_however_wide():
 
 
 def test_model_takes_wgmma_for_wide_float32_ab_on_sm90_only():
-    """On sm_90 the model's float32 ab with both widths in 33..64 is wgmma, valid and
+    """On sm_90 the model's float32 ab with M in 16..64 and N up to 64 is wgmma, valid and
     within an SM's share at its blocks per SM, with bulk copies where M is not a
-    multiple of 32 and two blocks' registers (estimated) fit with their producer
-    warps (M and N up to 56); not for other architectures or none (the prebuilt
-    set's), atb, float64, the update, or a width outside 33..64."""
-    for m in range(33, 65):
-        for n in range(33, 65):
+    multiple of 32 and the blocks' registers (estimated) fit with their producer warps
+    (squares up to 56); out up to 16 wide gets more warpgroups per SM where their
+    registers fit (the shapes the H200 measured, forty-eighth round). Not
+    for other architectures or none (the prebuilt set's), atb, float64, the update,
+    or a width outside those."""
+    for m in range(16, 65):
+        for n in range(1, 65):
             problem = Problem("ab", "float32", m, n)
             config = default_config(problem, "sm_90")
             spec = KernelSpec(problem, config)
             validate(spec)
             assert config.wgmma and occupancy_ok(spec), spec.name
             assert config.stage_copy == "vector" or m % 32, spec.name
-            if m == n and m % 32:  # the square widths the H200 measured: bulk to 56, the register estimate's limit
+            if m == n and m > 32 and m % 32:  # the squares the H200 measured: bulk to 56
                 assert (config.stage_copy == "bulk") == (m <= 56), spec.name
+    for (m, n), warpgroups in {(16, 5): 4, (26, 5): 4, (27, 6): 4, (48, 1): 3, (64, 2): 3, (40, 40): 2}.items():
+        config = default_config(Problem("ab", "float32", m, n), "sm_90")
+        assert config.row_groups // 4 * config.blocks_per_sm == warpgroups, (m, n)
     for problem, arch in (
         (Problem("ab", "float32", 40, 40), ""), (Problem("ab", "float32", 40, 40), "sm_100"),
         (Problem("atb", "float32", 40, 40), "sm_90"), (Problem("ab", "float64", 40, 40), "sm_90"),
-        (Problem("ab", "float32", 32, 40), "sm_90"), (Problem("ab", "float32", 40, 65), "sm_90"),
+        (Problem("ab", "float32", 15, 40), "sm_90"), (Problem("ab", "float32", 40, 66), "sm_90"),
+        (Problem("ab", "float32", 66, 40), "sm_90"),
     ):
         assert not default_config(problem, arch).wgmma
     assert default_config(Problem("ab", "float32", 40, 40, update=True), "sm_90").wgmma

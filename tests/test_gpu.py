@@ -257,6 +257,22 @@ def test_model_stages_wide_out(dtype, m, n):
     check_forced(spec, "ab", a, c)
 
 
+@pytest.mark.parametrize("dtype, m, n", [("float32", 48, 1), ("float32", 64, 2), ("float32", 16, 5), ("float32", 27, 6),
+                                         ("float32", 20, 9), ("float64", 64, 1), ("float64", 34, 1), ("float64", 16, 3),
+                                         ("float64", 24, 3), ("float64", 48, 2)])
+def test_model_tensor_cores_for_wide_rows_of_a(dtype, m, n):
+    """The model's ab kernels where A's rows are wide and out narrow (model.AB_MMA_MIN_M,
+    WGMMA_M): DMMA with bulk copies, wgmma in two or three warpgroups per block, over
+    batch items that start off a 16-byte boundary, a ragged last chunk, and the same
+    bits on a second run."""
+    rng = np.random.default_rng()
+    problem = Problem("ab", dtype, m, n)
+    spec = KernelSpec(problem, default_config(problem, _cuda.arch()))
+    assert spec.config.mma
+    a, c = operands(rng, "ab", dtype, 3 * spec.rows_per_chunk + 5, m, n, (3,), (1,))
+    check_forced(spec, "ab", a, c)
+
+
 @pytest.mark.parametrize("m, n", [(57, 57), (64, 64), (56, 56), (33, 33), (36, 36), (42, 42), (3, 7), (64, 8),
                                   (3, 8), (13, 48)])
 @pytest.mark.parametrize("k", [1, 37, 100_003, 10**6 + 7])
