@@ -273,6 +273,20 @@ def test_model_tensor_cores_for_wide_rows_of_a(dtype, m, n):
     check_forced(spec, "ab", a, c)
 
 
+@pytest.mark.parametrize("dtype, m, n", [("complex64", 40, 1), ("complex64", 24, 1), ("complex128", 48, 1),
+                                         ("complex128", 35, 3)])
+def test_narrow_complex_ab_runs_as_its_real_view_on_tensor_cores(dtype, m, n):
+    """Complex ab with wide rows of A and narrow out, whose complex FMA kernels hold
+    few threads, runs as its real view on the tensor cores (the model's rule), over
+    batch items and a ragged last chunk."""
+    rng = np.random.default_rng()
+    k = 100_003
+    spec = _dispatch.select("ab", dtype, m, n, k, 1, False, _cuda.arch(), _cuda.device_kind())
+    assert _dispatch.is_real_view(spec, dtype) and spec.config.mma
+    a, c = operands(rng, "ab", dtype, k, m, n, (3,), (1,))
+    assert_close(run("ab", a, c), a, c, op="ab")
+
+
 @pytest.mark.parametrize("m, n", [(57, 57), (64, 64), (56, 56), (33, 33), (36, 36), (42, 42), (3, 7), (64, 8),
                                   (3, 8), (13, 48)])
 @pytest.mark.parametrize("k", [1, 37, 100_003, 10**6 + 7])
@@ -751,7 +765,7 @@ def fast_update_spec(dtype, m, n, path, stage_copy, y_in_out) -> KernelSpec:
     if path == "fma":
         return KernelSpec(problem, next(c for c in candidates(problem, 64) if c.stage_out and not c.mma))
     if path == "wgmma":
-        return KernelSpec(problem, dataclasses.replace(wgmma_config(problem), rows_per_stage=64, stages=3,
+        return KernelSpec(problem, dataclasses.replace(wgmma_config(problem), row_groups=4, rows_per_stage=64, stages=3,
                                                        stage_copy=stage_copy, y_in_out=y_in_out, blocks_per_sm=1))
     return two_passes_a_stage(problem, Config(
         tile_m=2, tile_n=min(2, -(-n // 8)), mapping="blocked", row_groups=2 if path == "dmma" else 1,
