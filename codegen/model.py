@@ -37,8 +37,8 @@ ATB_MMA_MIN_OUTPUTS = 8 * 8
 # ab with A's rows this wide whatever N: each row of out costs M FMAs from staged
 # rows, and a stage holds few such rows (few threads), where DMMA takes 8 rows a
 # step. On an H200 (2026-11-27, tuner) DMMA ran float64 16x3, 24x3, 32x3, 34x1..64x1,
-# 48x2, 64x2, 48x3 and 64x3 at 98-104 % of the roofline, the FMA kernels at 70-97 %
-# (performance.md, forty-eighth round).
+# 48x2, 64x2, 48x3 and 64x3 at 100-105 % of the roofline, the model's FMA kernels at
+# 70-97 % (performance.md, forty-eighth round).
 AB_MMA_MIN_M = 16
 ATB_MMA_MIN_WIDTH = 5  # narrower, most of each 8-wide block would be waste
 MMA_TILE_BLOCKS = 8  # 8x8 blocks per warp beyond 32x32: 32 accumulator registers
@@ -230,13 +230,13 @@ def wgmma_config(problem: Problem) -> Config:
     up to STAGE_BYTES, out staged. Out up to WGMMA_NARROW_N wide (little work per
     warp for each fragment of A): two warpgroups in each of two blocks per SM, or
     where their registers (estimated) or stages do not fit, three in one block,
-    stages of one pass. Else one warpgroup in each of two blocks. Bulk copies where M allows them
-    and the registers of the blocks with a producer warp each fit an SM. The tuner's
-    wgmma candidates vary its stage geometry, copies and occupancy. On an H200
-    (2026-11-27, tuner) one warpgroup in each of two blocks ran float32 48x1, 48x2 and
-    27x6 at 59-76 % of the roofline with stages of one pass, 89-91 % with two; two
-    warpgroups at 95-99 %, three in one block at 96-102 % for 40x1..64x2
-    (performance.md, forty-eighth round)."""
+    stages of one pass. Else one warpgroup in each of two blocks. Bulk copies where
+    M allows them and the registers of the blocks with a producer warp each fit an
+    SM. The tuner's wgmma candidates vary its stage geometry, copies and occupancy.
+    On an H200 (2026-11-27, tuner) one warpgroup in each of two blocks ran float32
+    48x1, 48x2 and 27x6 at 59-77 % of the roofline with stages of one pass, 76-91 %
+    with two; two in each of two blocks ran 16x5, 20x9, 26x5 and 27x6 at 93-100 %,
+    three in one block 40x1..64x2 at 96-103 % (performance.md, forty-eighth round)."""
     stage_rows = STAGE_BYTES // _ab_staged_row_bytes(problem, problem.m * problem.element_bytes)
 
     def config(row_groups: int, blocks: int, passes: int = 0) -> Config:
@@ -323,10 +323,10 @@ def default_config(problem: Problem, arch: str = "") -> Config:
             except InvalidSpec:
                 if m_panels == problem.m:
                     raise
-    return fma_ab_config(problem, widest)
+    return _fma_ab_config(problem, widest)
 
 
-def fma_ab_config(problem: Problem, widest: int) -> Config:
+def _fma_ab_config(problem: Problem, widest: int) -> Config:
     """ab on the FMA units: register tiles of out, threads side by side along N so that
     a row's stores fill sectors, row groups for ~TARGET_THREADS threads where a stage
     holds that many rows."""

@@ -74,7 +74,8 @@ def test_real_view_times_expanded_c_is_the_complex_product(conj, batch):
 
 def test_model_runs_complex_problems_on_tensor_cores_as_their_real_view(model_dispatch):
     """Without a database entry, the real view serves where its real problem's model
-    kernel uses DMMA; narrower problems stay on their complex kernels, and so does
+    kernel uses DMMA (ab: from real rows of 16 whatever N); narrower problems stay on
+    their complex kernels, and so does
     complex64 atb whose real result exceeds 64 x 64 entries."""
     for dtype in ("complex64", "complex128"):
         for conj in (False, True):
@@ -84,7 +85,10 @@ def test_model_runs_complex_problems_on_tensor_cores_as_their_real_view(model_di
         assert select("atb", dtype, 2, 2).problem == Problem("atb", dtype, 2, 2)
     assert select("ab", "complex128", 16, 16, update=True).problem == Problem("ab", "float64", 32, 32, update=True)
     assert select("ab", "complex128", 64, 64).problem == Problem("ab", "float64", 128, 128)
-    assert select("ab", "complex128", 8, 8).problem == Problem("ab", "complex128", 8, 8)
+    assert select("ab", "complex128", 7, 7).problem == Problem("ab", "complex128", 7, 7)
+    # narrow out from real rows of 16 (model.AB_MMA_MIN_M), whose complex FMA kernels hold few threads
+    assert select("ab", "complex128", 8, 1).problem == Problem("ab", "float64", 16, 2)
+    assert select("ab", "complex64", 40, 1).problem == Problem("ab", "float32", 80, 2)
     # wide complex128 atb (on sm_90 with bulk copies where they fit); too wide for the real
     # kernels; complex64 beyond 64 x 64 real entries; ruled out by the caller:
     assert select("atb", "complex128", 13, 48).problem == Problem("atb", "float64", 26, 96)

@@ -242,33 +242,24 @@ def test_element_stage_copies(op, dtype, m, n):
     assert_close(out, a, b, op=op)
 
 
-@pytest.mark.parametrize("dtype, m, n", [("float64", 11, 54), ("float64", 1, 41), ("float64", 8, 36),
-                                         ("complex64", 1, 41), ("complex64", 7, 51), ("float32", 1, 21),
-                                         ("float32", 5, 63), ("float32", 4, 27)])
-def test_model_stages_wide_out(dtype, m, n):
+@pytest.mark.parametrize("dtype, m, n, kind", [
+    *[(dtype, m, n, "stage_out") for dtype, m, n in (
+        ("float64", 11, 54), ("float64", 1, 41), ("float64", 8, 36), ("complex64", 1, 41), ("complex64", 7, 51),
+        ("float32", 1, 21), ("float32", 5, 63), ("float32", 4, 27))],
+    *[(dtype, m, n, "mma") for dtype, m, n in (
+        ("float32", 48, 1), ("float32", 64, 2), ("float32", 16, 5), ("float32", 27, 6), ("float32", 20, 9),
+        ("float64", 64, 1), ("float64", 34, 1), ("float64", 16, 3), ("float64", 24, 3), ("float64", 48, 2))],
+])
+def test_model_ab_kernels_of_lopsided_widths(dtype, m, n, kind):
     """The model's ab kernels where out is many times wider than A, out staged in
-    shared memory (model._ab_staged_row_bytes): batch items that start off a 16-byte boundary,
-    a ragged last chunk, and the same bits on a second run."""
+    shared memory (model._ab_staged_row_bytes), and where A's rows are wide and out
+    narrow, on the tensor cores (model.AB_MMA_MIN_M, WGMMA_M: DMMA with bulk copies,
+    wgmma in two or three warpgroups a block): batch items that start off a 16-byte
+    boundary, a ragged last chunk, and the same bits on a second run."""
     rng = np.random.default_rng()
     problem = Problem("ab", dtype, m, n)
     spec = KernelSpec(problem, default_config(problem, _cuda.arch()))
-    assert spec.config.stage_out
-    a, c = operands(rng, "ab", dtype, 3 * spec.rows_per_chunk + 5, m, n, (3,), (1,))
-    check_forced(spec, "ab", a, c)
-
-
-@pytest.mark.parametrize("dtype, m, n", [("float32", 48, 1), ("float32", 64, 2), ("float32", 16, 5), ("float32", 27, 6),
-                                         ("float32", 20, 9), ("float64", 64, 1), ("float64", 34, 1), ("float64", 16, 3),
-                                         ("float64", 24, 3), ("float64", 48, 2)])
-def test_model_tensor_cores_for_wide_rows_of_a(dtype, m, n):
-    """The model's ab kernels where A's rows are wide and out narrow (model.AB_MMA_MIN_M,
-    WGMMA_M): DMMA with bulk copies, wgmma in two or three warpgroups per block, over
-    batch items that start off a 16-byte boundary, a ragged last chunk, and the same
-    bits on a second run."""
-    rng = np.random.default_rng()
-    problem = Problem("ab", dtype, m, n)
-    spec = KernelSpec(problem, default_config(problem, _cuda.arch()))
-    assert spec.config.mma
+    assert getattr(spec.config, kind)
     a, c = operands(rng, "ab", dtype, 3 * spec.rows_per_chunk + 5, m, n, (3,), (1,))
     check_forced(spec, "ab", a, c)
 
