@@ -98,6 +98,20 @@ def registers_fit(spec: KernelSpec) -> bool:
     return spec.threads * max(spec.estimated_registers(), 32) * spec.config.blocks_per_sm <= SM_REGISTERS
 
 
+def is_valid(spec: KernelSpec) -> bool:
+    """Whether ``spec`` passes ``validate``."""
+    try:
+        validate(spec)
+        return True
+    except InvalidSpec:
+        return False
+
+
+def fits_an_sm(spec: KernelSpec) -> bool:
+    """Whether ``spec`` is valid and blocks_per_sm blocks of it fit one SM (occupancy_ok)."""
+    return is_valid(spec) and occupancy_ok(spec)
+
+
 def occupancy_ok(spec: KernelSpec) -> bool:
     """Whether blocks_per_sm blocks of ``spec`` fit one SM's threads, registers and shared memory."""
     blocks = spec.config.blocks_per_sm
@@ -246,16 +260,9 @@ def wgmma_config(problem: Problem) -> Config:
                       rows_per_stage=rows, stages=STAGES, mma=True, tf32x3=True, wgmma=True, c_source="shared",
                       stage_out=True, blocks_per_sm=blocks)
 
-    def fits(candidate: Config) -> bool:
-        spec = KernelSpec(problem, candidate)
-        try:
-            validate(spec)
-        except InvalidSpec:
-            return False
-        return occupancy_ok(spec)
-
     narrow = [config(8, BLOCKS_PER_SM), config(12, 1, passes=1)] if problem.n <= WGMMA_NARROW_N else []
-    chosen = next((candidate for candidate in narrow if fits(candidate)), config(4, BLOCKS_PER_SM))
+    chosen = next((candidate for candidate in narrow if fits_an_sm(KernelSpec(problem, candidate))),
+                  config(4, BLOCKS_PER_SM))
     bulk = KernelSpec(problem, dataclasses.replace(chosen, stage_copy="bulk"))
     if wgmma_fragment_vector(problem.m) and registers_fit(bulk):
         return bulk.config
@@ -302,9 +309,10 @@ def default_config(problem: Problem, arch: str = "") -> Config:
                                         or (atb_mma if problem.op == "atb" else ab_mma)):
         mma_config = _atb_mma_config if problem.op == "atb" else _ab_mma_config
         config = _shrink_to_fit(problem, mma_config(problem))
-        bulk_ab = problem.op == "ab" and problem.dtype == "float64" and problem.n <= 8
-        if (problem.m * problem.n > BULK_MIN_OUTPUTS or bulk_ab) and arch and has_bulk_copies(arch):
-            one_block = dict(blocks_per_sm=1) if problem.op == "ab" and problem.m * problem.n > BULK_MIN_OUTPUTS else {}
+        wide = problem.m * problem.n > BULK_MIN_OUTPUTS
+        narrow_float64_ab = problem.op == "ab" and problem.dtype == "float64" and problem.n <= 8
+        if (wide or narrow_float64_ab) and arch and has_bulk_copies(arch):
+            one_block = dict(blocks_per_sm=1) if problem.op == "ab" and wide else {}
             bulk = dataclasses.replace(config, stage_copy="bulk", **one_block)
             probe = KernelSpec(problem, bulk)
             granule = probe.rows_per_pass  # rows taken row_spacing apart
@@ -388,12 +396,7 @@ def carried_to_update(problem: Problem, config: Config) -> Config:
               for rows in _halvings(staged.rows_per_stage, math.lcm(KernelSpec(problem, staged).rows_per_pass,
                                                                     problem.vector_elements))]
     for carried in [*shrunk, *in_out]:
-        spec = KernelSpec(problem, carried)
-        try:
-            validate(spec)
-        except InvalidSpec:
-            continue
-        if occupancy_ok(spec):
+        if fits_an_sm(KernelSpec(problem, carried)):
             return carried
     validate(KernelSpec(problem, shrunk[-1]))  # the smallest ring beside A: raises with the reason
     raise InvalidSpec("no ring of this kernel fits an SM with the update's y staged", KernelSpec(problem, config))

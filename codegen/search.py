@@ -10,10 +10,10 @@ import itertools
 import math
 
 from . import mtsm
-from .model import SM_REGISTERS, SM_THREADS, _split, default_config, occupancy_ok, wgmma_config
+from .model import SM_REGISTERS, SM_THREADS, _split, default_config, is_valid, occupancy_ok, wgmma_config
 from .mtsm import MtsmConfig, MtsmProblem, MtsmSpec
 from .spec import (FLAT_MAX_M, MAX_REGISTERS, MAX_THREADS, MMA_DTYPES, VECTOR_BYTES, Config, InvalidSpec,
-                   KernelSpec, Problem, has_bulk_copies, has_wgmma, validate)
+                   KernelSpec, Problem, has_bulk_copies, has_wgmma)
 
 SM_PARTITIONS = 4
 STAGE_BYTES = (8 * 1024, 16 * 1024, 32 * 1024)
@@ -344,15 +344,6 @@ def candidates(problem: Problem, limit: int = 16, arch: str = "sm_90") -> list[C
         firsts.append(with_bulk)
     firsts += [c for c in flat_candidates(problem)[:3] if c not in firsts]
     return (firsts + [c for c in ranked if c not in firsts])[:limit]
-
-
-def is_valid(spec: KernelSpec) -> bool:
-    """Whether ``spec`` passes ``validate``."""
-    try:
-        validate(spec)
-        return True
-    except InvalidSpec:
-        return False
 
 
 def _usable(spec: KernelSpec, valid: dict | None = None, source: tuple = ()) -> bool:

@@ -435,12 +435,17 @@ def _near_an_xla_pair(problem: Problem, k: int, arch: str, device: str) -> dict[
     the entry that serves K. The pairs' entries come from the tuner and from
     surveys of the model's kernels (``tune --from-bench`` of ``bench --model
     --pair-grid``), on both GPUs a grid of 12 widths (1, 2, 3, 4, 6, 8, .., 64)
-    in float64 and of 7 (1, 2, 4, .., 64) in float32. On an H200 (2026-11-27) XLA's dot beat the model's float64
-    kernel at 91 of the 132 float64 pairs there (0.64-0.998x; XLA's dot at 89 %
-    of the copy roofline in geometric mean). Off the grid, at 49 float64 pairs
-    (eleven chosen, 38 drawn at random), the model's kernels ran under 0.98x
-    XLA's speed at 18 (0.56-0.97x); with this rule none did, at 1.088x XLA in
-    geometric mean against 1.098x with the kernels everywhere. float32 is left
+    in float64 and of 7 (1, 2, 4, .., 64) in float32. On an H200 (2026-11-27,
+    the model before ab's wide rows of A went to the tensor cores) XLA's dot beat
+    the model's float64 kernel at 91 of the 132 float64 pairs there (0.64-0.998x;
+    XLA's dot at 89 % of the copy roofline in geometric mean). Off the grid, at
+    49 float64 pairs (eleven chosen, 38 drawn at random), the model's kernels ran
+    under 0.98x XLA's speed at 18 (0.56-0.97x); with this rule none did, at
+    1.088x XLA in geometric mean against 1.098x with the kernels everywhere. On
+    an H100, with the model after that change, the same 38: none under 0.98x with the rule,
+    1.004x against 0.987x with the kernels everywhere, though it gives up 18
+    kernels that beat XLA's dot, which is weaker off the grid (performance.md,
+    forty-eighth round). float32 is left
     out: off the grid XLA's float32 dot ran at 52 % in geometric mean (21-82 %,
     48 pairs; 70 % on the grid), and the rule would have cost 1.47x -> 1.25x to
     lift one of the two pairs under 0.98x. So is the fused update, which saves

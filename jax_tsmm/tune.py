@@ -68,8 +68,8 @@ import numpy as np
 
 from jax_tsmm import _cuda, _dispatch, _kernels, _mtsm, bench
 from jax_tsmm.codegen import Config, InvalidSpec, KernelSpec, MtsmProblem, MtsmSpec, Problem
-from jax_tsmm.codegen.model import carried_to_update, occupancy_ok
-from jax_tsmm.codegen.search import candidates, is_valid, mtsm_candidates, mtsm_neighbours, neighbours
+from jax_tsmm.codegen.model import carried_to_update, fits_an_sm
+from jax_tsmm.codegen.search import candidates, mtsm_candidates, mtsm_neighbours, neighbours
 
 # K ranges as (k_min, K timed); None times the benchmark's size (1 GiB matrices).
 K_RANGES = ((0, 1 << 16), (1 << 18, 1 << 20), (1 << 22, None))
@@ -243,7 +243,7 @@ def _fitted(spec: KernelSpec) -> KernelSpec | None:
     c = spec.config
     edged = ([KernelSpec(spec.problem, dataclasses.replace(c, fma_edges=True))]
              if spec.problem.op == "atb" and c.mma and not c.fma_edges else [])
-    return next((candidate for candidate in [spec, *edged] if is_valid(candidate) and occupancy_ok(candidate)), None)
+    return next((candidate for candidate in [spec, *edged] if fits_an_sm(candidate)), None)
 
 
 def opening_specs(problem: Problem, specs: list[KernelSpec], k: int, range_idx: int, arch: str,

@@ -16,11 +16,11 @@ import pytest
 from jax_tsmm import _kernels
 from jax_tsmm.codegen import Config, InvalidSpec, KernelSpec, Problem, default_config, module_source, validate
 from jax_tsmm.codegen.prebuilt import prebuilt_specs
-from jax_tsmm.codegen.model import (SHARED_BUDGET, carried_to_update, occupancy_ok, registers_fit, wgmma_config,
-                                   wide_tf32x3_ab_config)
+from jax_tsmm.codegen.model import (SHARED_BUDGET, carried_to_update, is_valid, occupancy_ok, registers_fit,
+                                   wgmma_config, wide_tf32x3_ab_config)
 from jax_tsmm.codegen.emit import _vector_element, _vector_order, dmma_products, kernel_source
 from jax_tsmm.codegen.search import (LARGE_TILE_BLOCKS, ONE_BLOCK_STAGE_BYTES, _dmma_steps, _tensor_use, _usable,
-                                     candidates, flat_candidates, is_valid, launch_bound_registers, neighbours)
+                                     candidates, flat_candidates, launch_bound_registers, neighbours)
 from jax_tsmm.codegen.spec import (MAX_REGISTERS, MAX_SHARED_BYTES, WGMMA_FIXED_REGISTERS, WGMMA_STEP_REGISTERS,
                                    wgmma_fragment_vector)
 

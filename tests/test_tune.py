@@ -17,8 +17,7 @@ from jax_tsmm.codegen import (Config, InvalidSpec, KernelSpec, MtsmConfig, MtsmP
                               default_config, validate)
 from jax_tsmm.codegen.mtsm import default_config as mtsm_default_config
 from jax_tsmm.codegen.mtsm import validate as mtsm_validate
-from jax_tsmm.codegen.model import occupancy_ok
-from jax_tsmm.codegen.search import is_valid
+from jax_tsmm.codegen.model import is_valid, occupancy_ok
 
 CEILINGS = {
     "read_bytes_per_s": 1e10,
