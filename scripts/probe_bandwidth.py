@@ -81,6 +81,44 @@ extern "C" __global__ void write_vec(uint4* y, long long n) {
   const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
   if (i < n) y[i] = make_uint4((unsigned)i, (unsigned)(i >> 32), 0x9e3779b9u, 0x7f4a7c15u);
 }
+// Chunks of PER x blockDim contiguous vectors, as the package's persistent kernels
+// stage rows: all loads of a thread's part of the chunk, then all stores.
+template <int PER>
+__device__ __forceinline__ void copy_chunk(const uint4* x, uint4* y, long long first) {
+  uint4 v[PER];
+#pragma unroll
+  for (int j = 0; j < PER; ++j) v[j] = x[first + j * blockDim.x + threadIdx.x];
+#pragma unroll
+  for (int j = 0; j < PER; ++j) y[first + j * blockDim.x + threadIdx.x] = v[j];
+}
+// A fixed grid that strides over the chunks (each block's order fixed in advance).
+template <int PER>
+__device__ void copy_chunks_stride(const uint4* x, uint4* y, long long chunks) {
+  for (long long c = blockIdx.x; c < chunks; c += gridDim.x) copy_chunk<PER>(x, y, c * PER * blockDim.x);
+}
+// A fixed grid whose blocks take the next chunk from a counter: the chunks in
+// flight stay a narrow window of addresses, as a full grid's do.
+template <int PER>
+__device__ void copy_chunks_dynamic(const uint4* x, uint4* y, long long chunks, unsigned long long* next) {
+  __shared__ long long taken;
+  for (;;) {
+    if (threadIdx.x == 0) taken = (long long)atomicAdd(next, 1ull);
+    __syncthreads();
+    const long long c = taken;
+    __syncthreads();
+    if (c >= chunks) return;
+    copy_chunk<PER>(x, y, c * PER * blockDim.x);
+  }
+}
+extern "C" __global__ void copy_chunks4_grid(const uint4* x, uint4* y) { copy_chunk<4>(x, y, blockIdx.x * 4ll * blockDim.x); }
+extern "C" __global__ void copy_chunks4_stride(const uint4* x, uint4* y, long long chunks) { copy_chunks_stride<4>(x, y, chunks); }
+extern "C" __global__ void copy_chunks16_stride(const uint4* x, uint4* y, long long chunks) { copy_chunks_stride<16>(x, y, chunks); }
+extern "C" __global__ void copy_chunks4_dynamic(const uint4* x, uint4* y, long long chunks, unsigned long long* next) {
+  copy_chunks_dynamic<4>(x, y, chunks, next);
+}
+extern "C" __global__ void copy_chunks16_dynamic(const uint4* x, uint4* y, long long chunks, unsigned long long* next) {
+  copy_chunks_dynamic<16>(x, y, chunks, next);
+}
 """
 
 
@@ -106,7 +144,8 @@ def main() -> None:
     module = cp.RawModule(code=SOURCE, options=("-std=c++17",))
     kernel = {name: module.get_function(name) for name in (
         "read_stride4", "read_vec", "read_vec4", "read_double", "copy_vec", "copy_vec2", "copy_double",
-        "copy_float", "copy_stride2", "write_vec")}
+        "copy_float", "copy_stride2", "write_vec", "copy_chunks4_grid", "copy_chunks4_stride", "copy_chunks16_stride",
+        "copy_chunks4_dynamic", "copy_chunks16_dynamic")}
     nbytes = int(args.gib * 2**30) // 16 * 16
     x = cp.random.random(nbytes // 8, dtype=cp.float64)
     y = cp.full(nbytes // 8, np.nan)
@@ -141,6 +180,26 @@ def main() -> None:
     for per_sm in (4, 8, 16):
         variants.append((f"copy, grid-stride 16 B x2 in flight, {per_sm} blocks/SM", 2 * nbytes,
                          lambda g=sms * per_sm: kernel["copy_stride2"]((g,), (threads,), (x, y, vectors))))
+    next_chunk = cp.zeros(1, dtype=cp.uint64)
+
+    def chunked(name: str, per: int, grid: int | None):
+        """A chunked copy; the counter is reset inside every variant's timing alike."""
+        chunks = vectors // (threads * per)
+        args = (x, y) if grid is None else (x, y, chunks) if "stride" in name else (x, y, chunks, next_chunk)
+
+        def launch():
+            next_chunk.fill(0)
+            kernel[name]((chunks if grid is None else grid,), (threads,), args)
+        return launch
+
+    moved_chunked = 2 * (vectors // (threads * 16)) * threads * 16 * 16
+    variants.append(("copy, full grid, chunks of 4 x 16 B per thread", moved_chunked,
+                     chunked("copy_chunks4_grid", 4, None)))
+    for per in (4, 16):
+        for per_sm in (2, 4, 8):
+            for way in ("stride", "dynamic"):
+                variants.append((f"copy, {per_sm} blocks/SM, chunks of {per} x 16 B per thread, {way}", moved_chunked,
+                                 chunked(f"copy_chunks{per}_{way}", per, sms * per_sm)))
     variants.append(("write, full grid, 16 B per thread", nbytes,
                      lambda: kernel["write_vec"]((blocks(vectors),), (threads,), (y, vectors))))
     device = cp.cuda.runtime.getDeviceProperties(0)["name"].decode()
