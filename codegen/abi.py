@@ -17,9 +17,11 @@ Each module defines ``extern "C"`` kernels named after the spec:
        otherwise it lies as far from a 16-byte boundary as ``out``, which the
        launcher checks).
 Launch: ``grid_k * batch`` blocks of ``spec.threads`` threads; block
-``blockIdx.x`` works on batch item ``blockIdx.x / grid_k`` and takes every
-``grid_k``-th chunk of ``rows_per_chunk`` rows starting at
-``blockIdx.x % grid_k``. ``spec.shared_bytes`` of dynamic shared memory.
+``blockIdx.x`` works on batch item ``blockIdx.x / grid_k``, starting with chunk
+``blockIdx.x % grid_k`` of ``rows_per_chunk`` rows. atb's blocks go on with
+every ``grid_k``-th chunk; ab's take each next chunk as ``grid_k`` plus a ticket
+from their item's ``chunk_counters`` entry, which the launcher zeroes before
+each launch. ``spec.shared_bytes`` of dynamic shared memory.
 """
 
 MAX_BATCH_DIMS = 4
@@ -42,6 +44,7 @@ struct TsmmArgs {{
   const void* y;         // ab update: (batch..., K, N) like out, or out itself
   double alpha[2];       // ab update: the scales as (real, imaginary)
   double beta[2];
+  unsigned* chunk_counters;  // ab: one per batch item, zero at launch (see the launch below)
 }};
 """
 

@@ -518,25 +518,43 @@ def _staging(spec: KernelSpec, elem: str, operand: str, width: int) -> tuple[str
     return copy, f"{operand}_shift"
 
 
+_SHARED_MEMORY = "extern __shared__ __align__(16) unsigned char tsmm_smem[];"
+
+
 def _work_split(spec: KernelSpec, arith: _Arith, b_name: str) -> list[str]:
     """The block's batch item, its operands and its share of the chunks of K."""
     e = arith.elem
-    return [
+    lines = [
         "// Work split: blockIdx.x = batch item * grid_k + the block's first chunk of K.",
         "const long long item = blockIdx.x / args.grid_k;",
         "const long long first_chunk = blockIdx.x % args.grid_k;",
         f"const {e}* __restrict__ a = static_cast<const {e}*>(args.a) + tsmm_batch_offset(args, item, args.a_batch_stride);",
         f"const {e}* __restrict__ {b_name} = static_cast<const {e}*>(args.b) + tsmm_batch_offset(args, item, args.b_batch_stride);",
         f"const long long num_chunks = (args.k + {spec.rows_per_chunk} - 1) / {spec.rows_per_chunk};",
-        "const long long my_chunks = first_chunk < num_chunks ? (num_chunks - first_chunk + args.grid_k - 1) / args.grid_k : 0;",
+    ]
+    if not spec.chunk_slots:  # atb: a fixed order, so the partial sums add up the same every run
+        return lines + [
+            "const long long my_chunks = first_chunk < num_chunks ? (num_chunks - first_chunk + args.grid_k - 1) / args.grid_k : 0;",
+            "const int tid = threadIdx.x;",
+        ]
+    return lines + [
         "const int tid = threadIdx.x;",
+        _SHARED_MEMORY,
+        "// Chunks taken (ab): after its first, a block takes each chunk from the item's counter",
+        "// as it gets to it, so the chunks in flight on the whole GPU stay one narrow window of",
+        "// addresses. Blocks striding through K in a fixed order drift apart: on an H200 such",
+        "// copies ran 7 % under those taking chunks (scripts/probe_bandwidth.py). chunk_ring",
+        "// holds the chunks of the steps taken and not yet done, step % its length.",
+        "unsigned* const chunk_counter = args.chunk_counters + item;",
+        "auto take_chunk = [&]() { return args.grid_k + static_cast<long long>(atomicAdd(chunk_counter, 1u)); };",
+        f"long long* const chunk_ring = reinterpret_cast<long long*>(tsmm_smem + {spec.chunk_offset});",
     ]
 
 
 def _block_prologue(spec: KernelSpec, arith: _Arith, b_name: str) -> list[str]:
     p = spec.problem
     return _work_split(spec, arith, b_name) + [
-        "extern __shared__ __align__(16) unsigned char tsmm_smem[];",
+        *([] if spec.chunk_slots else [_SHARED_MEMORY]),  # ab's comes with its ring of chunks
         "",
         "// Every stage starts a whole number of 16-byte vectors into the matrix, so one",
         "// misalignment per operand, taken from the batch item's base, serves all stages.",
@@ -547,11 +565,13 @@ def _block_prologue(spec: KernelSpec, arith: _Arith, b_name: str) -> list[str]:
 
 
 def _step_chunk(spec: KernelSpec) -> list[str]:
-    """Where step `step` of a block's walk over K lands: its chunk, first row, row
-    count (short in the last chunk) and ring slot."""
+    """Where step `step` of a block's walk over K lands: its chunk (atb's fixed
+    order, ab's ring of chunks taken), first row, row count (short in the last
+    chunk) and ring slot."""
     r = spec.rows_per_chunk
+    chunk = f"chunk_ring[step % {spec.chunk_slots}]" if spec.chunk_slots else "first_chunk + step * args.grid_k"
     return [
-        "const long long chunk = first_chunk + step * args.grid_k;",
+        f"const long long chunk = {chunk};",
         f"const long long row0 = chunk * {r};",
         f"const int rows = static_cast<int>(min(static_cast<long long>({r}), args.k - row0));",
         f"const int slot = static_cast<int>(step % {spec.config.stages});",
@@ -563,29 +583,64 @@ def _pipeline(spec: KernelSpec, issue: list[str], consume: list[str]) -> list[st
 
     `issue` copies chunk `chunk` (rows row0 .. row0+rows) into ring slot `slot`;
     `consume` computes on slot `slot` (row0 and rows given). The loads of stages-1 later chunks stay
-    in flight while one chunk is consumed, hiding DRAM latency."""
+    in flight while one chunk is consumed, hiding DRAM latency. ab's chunks are
+    taken (_work_split) by thread 0 a step before their copies are issued, which
+    the step's barrier publishes; the walk ends at the first chunk past K."""
     s = spec.config.stages
-    issue_fn = [
+    chunk, *place = _step_chunk(spec)
+    if not spec.chunk_slots:
+        return [
+            "auto issue = [&](long long step) {",
+            "  if (step < my_chunks) {",
+            *["    " + line for line in [chunk, *place] + issue],
+            "  }",
+            "  // Commit even an empty group so wait_group counts stay uniform at the tail.",
+            "  tsmm_cp_async_commit();",
+            "};",
+            "",
+            f"// Prologue: put the first {s - 1} chunks in flight.",
+            f"for (int step = 0; step < {s - 1}; ++step) issue(step);",
+            "",
+            "for (long long step = 0; step < my_chunks; ++step) {",
+            f"  // Chunk `step` has landed once at most {s - 2} newer groups are pending;",
+            "  // the barrier also tells us every thread is done with the slot refilled next.",
+            f"  tsmm_cp_async_wait<{s - 2}>();",
+            "  __syncthreads();",
+            f"  issue(step + {s - 1});",
+            *["  " + line for line in [chunk, *place] + consume],
+            "}",
+            "tsmm_cp_async_wait<0>();",
+            "__syncthreads();",
+        ]
+    return [
+        "if (tid == 0) {",
+        "  chunk_ring[0] = first_chunk;",
+        f"  for (int step = 1; step < {s}; ++step) chunk_ring[step] = take_chunk();",
+        "}",
+        "__syncthreads();",
         "auto issue = [&](long long step) {",
-        "  if (step < my_chunks) {",
-        *["    " + line for line in _step_chunk(spec) + issue],
+        f"  {chunk}",
+        "  if (chunk < num_chunks) {",
+        *["    " + line for line in place + issue],
         "  }",
         "  // Commit even an empty group so wait_group counts stay uniform at the tail.",
         "  tsmm_cp_async_commit();",
         "};",
-    ]
-    return issue_fn + [
         "",
         f"// Prologue: put the first {s - 1} chunks in flight.",
         f"for (int step = 0; step < {s - 1}; ++step) issue(step);",
         "",
-        "for (long long step = 0; step < my_chunks; ++step) {",
+        "for (long long step = 0;; ++step) {",
         f"  // Chunk `step` has landed once at most {s - 2} newer groups are pending;",
-        "  // the barrier also tells us every thread is done with the slot refilled next.",
+        "  // the barrier also tells us every thread is done with the slot refilled next,",
+        "  // and publishes the chunk thread 0 took last step.",
         f"  tsmm_cp_async_wait<{s - 2}>();",
         "  __syncthreads();",
+        f"  {chunk}",
+        "  if (chunk >= num_chunks) break;",
         f"  issue(step + {s - 1});",
-        *["  " + line for line in _step_chunk(spec) + consume],
+        f"  if (tid == 0) chunk_ring[(step + {s}) % {spec.chunk_slots}] = take_chunk();  // the entry of step - 1, done",
+        *["  " + line for line in place + consume],
         "}",
         "tsmm_cp_async_wait<0>();",
         "__syncthreads();",
@@ -598,12 +653,16 @@ def _bulk_pipeline(spec: KernelSpec, consume: list[str], finish: list[str] = (),
     compute on a slot once its bytes have landed (barrier `full`). With a producer
     warp (Config.stage_copy "bulk") each consumer warp waits only for its data,
     never for the other warps, and issues no copy instructions; inline ("bulk_inline")
-    the first consumer warp issues them (KernelSpec.producer_warp). `finish` runs in
-    every consumer thread after its warp has released the slot, `drain` once after
-    the consumers' last chunk."""
+    the first consumer warp issues them (KernelSpec.producer_warp). ab's chunks are
+    taken (_work_split) by the staging warp, each a step ahead: the entry of step + 1
+    is in chunk_ring once step's slot is full, and the walk ends at the first
+    chunk past K, whose slot fills with no bytes. `finish` runs in every consumer
+    thread after its warp has released the slot, `drain` once after the consumers'
+    last chunk."""
     p, s = spec.problem, spec.config.stages
     consumer_warps = spec.consumer_threads // 32
     operands = [("a", p.m), ("b", p.n)] if p.op == "atb" else [("a", p.m)]
+    taken = spec.chunk_slots > 0
 
     def stage(operand: str, width: int, lane: int) -> list[str]:
         spacing, group = spec.row_spacing, spec.group_stride(width)
@@ -619,14 +678,17 @@ def _bulk_pipeline(spec: KernelSpec, consume: list[str], finish: list[str] = (),
     stage_y = [  # the chunk's rows of y, one span, on the slot's barrier (only where beta reads them)
         f"if (read_y && lane == 1) tsmm_bulk_stage(slot_y(slot) + y_shift, y + row0 * {p.n}, rows * {p.n}, &full[slot]);"
     ] if spec.stages_y else []
+    chunk, row0, rows, slot = _step_chunk(spec)
     y_in_out = [  # Config.y_in_out: the thread that stores out's chunks (_ab_bulk_store) stages y's
         "auto y_into_out = [&](long long step) {  // y's chunk `step` into the buffer its out leaves from",
-        *["  " + line for line in _step_chunk(spec) if "slot" not in line],
+        f"  {chunk}",
+        f"  {row0}",
+        f"  {rows}",
         f"  tsmm_bulk_stage(slot_out(step) + out_shift, y + row0 * {p.n}, rows * {p.n}, &y_full[step & 1]);",
         "  tsmm_barrier_arrive(&y_full[step & 1]);",
         "};",
     ] if spec.config.y_in_out else []
-    chunk = _step_chunk(spec) + [f"const unsigned round = static_cast<unsigned>(step / {s});"]
+    place = [slot, f"const unsigned round = static_cast<unsigned>(step / {s});"]
     barriers = [
         "#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900",
         '#error "Config.stage_copy = bulk needs sm_90 or newer (cp.async.bulk, transaction barriers)"',
@@ -645,26 +707,45 @@ def _bulk_pipeline(spec: KernelSpec, consume: list[str], finish: list[str] = (),
         *([f"  for (int b = 0; b < {spec.out_buffers}; ++b) tsmm_barrier_init(&y_full[b], 1);"]
           if spec.config.y_in_out else []),
         '  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");',
+        *(["  chunk_ring[0] = first_chunk;"] if taken else []),
         "}",
         "__syncthreads();",
     ]
+    copies = [*[line for lane, (operand, width) in enumerate(operands) for line in stage(operand, width, lane)],
+              *stage_y]
     staging = [  # one warp's copies of chunk `step` into its slot, the slot released first
-        *chunk,
+        chunk,
+        row0,
+        rows,
+        *place,
         f"if (step >= {s}) tsmm_barrier_wait(&empty[slot], (round - 1) & 1);",
-        *[line for lane, (operand, width) in enumerate(operands) for line in stage(operand, width, lane)],
-        *stage_y,
+        *copies,
+    ] if not taken else [
+        *place,
+        f"if (step >= {s}) tsmm_barrier_wait(&empty[slot], (round - 1) & 1);",
+        f"if (lane == 0) chunk_ring[(step + 1) % {spec.chunk_slots}] = take_chunk();  // the entry of step - {s}, done",
+        "__syncwarp();",
+        chunk,
+        row0,
+        rows,
+        "if (chunk < num_chunks) {",
+        *["  " + line for line in copies],
+        "}",
+    ]
+    staging += [
         "__syncwarp();  // every lane's copies are issued and counted before the arrival",
         "if (lane == 0) tsmm_barrier_arrive(&full[slot]);",
     ]
     consumer_step = [
-        *chunk,
-        "tsmm_barrier_wait(&full[slot], round & 1);",
+        *([*place, "tsmm_barrier_wait(&full[slot], round & 1);", chunk, "if (chunk >= num_chunks) break;", row0, rows]
+          if taken else [chunk, row0, rows, *place, "tsmm_barrier_wait(&full[slot], round & 1);"]),
         *consume,
         "__syncwarp();  // the whole warp has read the slot",
         "if (lane == 0) tsmm_barrier_arrive(&empty[slot]);",
         *finish,
     ]
-    if not spec.producer_warp:
+    walk = "for (long long step = 0;; ++step) {" if taken else "for (long long step = 0; step < my_chunks; ++step) {"
+    if not spec.producer_warp:  # atb alone (Config.stage_copy "bulk_inline")
         return [
             *barriers,
             "// Bulk copies issued inline: the first warp stages the first chunks, then at each",
@@ -675,7 +756,7 @@ def _bulk_pipeline(spec: KernelSpec, consume: list[str], finish: list[str] = (),
             *["  " + line for line in staging],
             "};",
             f"if (tid < 32) for (long long step = 0; step < my_chunks && step < {s}; ++step) stage_chunk(step);",
-            "for (long long step = 0; step < my_chunks; ++step) {",
+            walk,
             f"  if (tid < 32 && step >= 1 && step + {s - 1} < my_chunks) stage_chunk(step + {s - 1});",
             *["  " + line for line in consumer_step],
             "}",
@@ -685,13 +766,14 @@ def _bulk_pipeline(spec: KernelSpec, consume: list[str], finish: list[str] = (),
         *barriers,
         f"if (tid >= {spec.consumer_threads}) {{",
         f"  // Producer warp: up to {s} chunks ahead of the slowest consumer warp.",
-        "  for (long long step = 0; step < my_chunks; ++step) {",
+        "  " + walk,
         *["    " + line for line in staging],
+        *(["    if (chunk >= num_chunks) break;"] if taken else []),
         "  }",
         "} else {",
         *["  " + line for line in y_in_out],
-        *(["  if (tid == 0 && read_y && my_chunks > 0) y_into_out(0);"] if y_in_out else []),
-        "  for (long long step = 0; step < my_chunks; ++step) {",
+        *(["  if (tid == 0 && read_y && first_chunk < num_chunks) y_into_out(0);"] if y_in_out else []),
+        "  " + walk,
         *["    " + line for line in consumer_step],
         "  }",
         *["  " + line for line in drain],
@@ -1269,8 +1351,13 @@ def _emit_ab_flat(spec: KernelSpec) -> str:
     whole_test = f"row >= 0 && row + from{vec - 1} < args.k" if window else "out_vectors && row < args.k"
     body += [
         "",
-        "for (long long step = 0; step < my_chunks; ++step) {",
-        "  const long long chunk = first_chunk + step * args.grid_k;",
+        "// Thread 0 takes each step's next chunk (_work_split); the step's closing barrier publishes it.",
+        "if (tid == 0) chunk_ring[0] = first_chunk;",
+        "__syncthreads();",
+        "for (long long step = 0;; ++step) {",
+        "  const long long chunk = chunk_ring[step % 2];",
+        "  if (chunk >= num_chunks) break;",
+        "  if (tid == 0) chunk_ring[(step + 1) % 2] = take_chunk();  // the entry of step - 1, done",
         f"  #pragma unroll {c.unroll}",
         f"  for (int pass = 0; pass < {passes}; ++pass) {{",
         f"    const long long row = chunk * {c.rows_per_stage} + pass * {spec.rows_per_pass} + pass_row0;",
@@ -1286,6 +1373,7 @@ def _emit_ab_flat(spec: KernelSpec) -> str:
         *["      " + line for line in ragged],
         "    }",
         "  }",
+        "  __syncthreads();",
         "}",
     ]
     return _kernels(spec, [(spec.name, spec.threads, body)])
@@ -1300,7 +1388,8 @@ def _ab_bulk_store(spec: KernelSpec) -> tuple[list[str], list[str]]:
         "// overlaps the next chunk (written into the other buffer).",
         "tsmm_fence_shared_for_bulk();",
         "if (tid == 0) tsmm_bulk_store_wait<false>();  // the other buffer's store has read it",
-        *(["if (tid == 0 && read_y && step + 1 < my_chunks) y_into_out(step + 1);  // into that buffer"]
+        *([f"if (tid == 0 && read_y && chunk_ring[(step + 1) % {spec.chunk_slots}] < num_chunks) "
+           "y_into_out(step + 1);  // into that buffer (the staging warp took its chunk with this one's)"]
           if spec.config.y_in_out else []),
         f"tsmm_consumer_barrier({spec.consumer_threads});",
         f"if (tid == 0) tsmm_bulk_store(out + row0 * {spec.problem.n}, sout + out_shift, rows * {spec.problem.n});",

@@ -166,7 +166,7 @@ class Config:
                      overwritten there by the same thread; the ring holds A alone.
                      Beside A (stages_y) y takes a stage's share in every slot:
                      at complex64 53 (a real view 106 wide) plain ab's wgmma kernel
-                     then needs 263 328 bytes of shared memory, 209 040 with y in
+                     then needs 263 352 bytes of shared memory, 209 064 with y in
                      out's buffers.
     stage_copy       how staged rows of A (and B) move: "vector", 16-byte copies
                      where alignment allows; "element", one copy per element (a
@@ -543,15 +543,36 @@ class KernelSpec:
         return _round_up(ring + self.c_shared_bytes + self.out_buffers * self.out_stage_bytes, VECTOR_BYTES)
 
     @property
-    def shared_bytes(self) -> int:
-        """Dynamic shared memory: the stage ring (reused for atb's block-local
-        reduction once the ring is drained) plus ab's copy of C and chunk of out,
-        and the bulk pipeline's two 8-byte barriers per slot (and one per buffer
-        of out that y is staged in, Config.y_in_out)."""
+    def chunk_slots(self) -> int:
+        """ab: the chunks of K taken and not yet consumed (8 bytes each in shared
+        memory): a ring of stages + 1 (the chunk of each step in flight and the one
+        taken next), two for the flat mapping's walk; atb takes its chunks in a
+        fixed order (its partial sums must add up the same every run)."""
+        if self.problem.op != "ab":
+            return 0
+        return 2 if self.flat else self.config.stages + 1
+
+    @property
+    def chunk_offset(self) -> int:
+        """Bytes before ab's ring of chunks taken, after everything else."""
+        return _round_up(self._bytes_before_chunks, 8)
+
+    @property
+    def _bytes_before_chunks(self) -> int:
         if self.bulk:
             return self.barrier_offset + 8 * (2 * self.config.stages + self.config.y_in_out * self.out_buffers)
         ring = self.config.stages * self.stage_bytes
         return max(ring, self.reduction_bytes) + self.c_shared_bytes + self.out_stage_bytes
+
+    @property
+    def shared_bytes(self) -> int:
+        """Dynamic shared memory: the stage ring (reused for atb's block-local
+        reduction once the ring is drained) plus ab's copy of C and chunk of out,
+        the bulk pipeline's two 8-byte barriers per slot (and one per buffer of
+        out that y is staged in, Config.y_in_out), and ab's chunks taken."""
+        if not self.chunk_slots:
+            return self._bytes_before_chunks
+        return self.chunk_offset + 8 * self.chunk_slots
 
     def estimated_registers(self) -> int:
         """32-bit registers per thread: accumulators and operand registers of one

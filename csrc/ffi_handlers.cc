@@ -183,9 +183,11 @@ std::vector<BatchAxis> MergedBatchAxes(Dims a_dims, Dims b_dims, Dims out_dims) 
 }
 
 // `partials`: atb's buffer of grid_k partial sums per batch item, used when
-// grid_k > 1. `update`: ab's fused update, or null.
+// grid_k > 1. `chunk_counters`: ab's, one 32-bit counter per batch item, zeroed
+// here before the launch. `update`: ab's fused update, or null.
 ffi::Error Tsmm(Op op, cudaStream_t stream, const Operand& a, const Operand& b, const Operand& out,
-                const ffi::AnyBuffer* partials, const Update* update, const KernelAttrs& attrs) {
+                const ffi::AnyBuffer* partials, const ffi::AnyBuffer* chunk_counters,
+                const Update* update, const KernelAttrs& attrs) {
   if (ffi::Error error = CheckAttrs(attrs); error.failure()) return error;
   if (ffi::Error error = CheckOperands(op, a, b, out, update, attrs.real_view); error.failure()) {
     return error;
@@ -254,6 +256,17 @@ ffi::Error Tsmm(Op op, cudaStream_t stream, const Operand& a, const Operand& b, 
     }
     args.partials = partials->untyped_data();
   }
+  if (op == Op::kAb) {
+    const size_t bytes = static_cast<size_t>(args.batch) * sizeof(unsigned);
+    if (chunk_counters == nullptr || chunk_counters->size_bytes() < bytes) {
+      return ffi::Error::InvalidArgument(
+          "jax_tsmm: kernel '" + std::string(attrs.kernel) + "' needs " + std::to_string(bytes) +
+          " bytes of chunk counters, got " + std::to_string(chunk_counters ? chunk_counters->size_bytes() : 0));
+    }
+    args.chunk_counters = static_cast<unsigned*>(chunk_counters->untyped_data());
+    cudaError_t error = cudaMemsetAsync(args.chunk_counters, 0, bytes, stream);
+    if (error != cudaSuccess) return CudaFailure("cudaMemsetAsync", attrs.kernel, attrs.library, error);
+  }
 
   KernelEntry kernel;
   if (ffi::Error error = FindKernel(attrs.library, attrs.kernel, op == Op::kAtb, &kernel);
@@ -285,28 +298,32 @@ ffi::Error TsmmAtbImpl(cudaStream_t stream, ffi::AnyBuffer a, ffi::AnyBuffer b,
                        int32_t shared_bytes, int64_t rows_per_chunk, int64_t grid_k,
                        int32_t m_panels, bool real_view) {
   return Tsmm(Op::kAtb, stream, View(a, real_view), View(b, real_view), View(*out, real_view),
-              &*partials, nullptr,
+              &*partials, nullptr, nullptr,
               {kernel, library, threads, shared_bytes, rows_per_chunk, grid_k, m_panels, real_view});
 }
 
+// ab's chunk counters are a second result, as atb's partial sums are: XLA owns
+// every buffer, so the call may be captured into a CUDA graph.
 ffi::Error TsmmAbImpl(cudaStream_t stream, ffi::AnyBuffer a, ffi::AnyBuffer c,
-                      ffi::Result<ffi::AnyBuffer> out, std::string_view kernel,
-                      std::string_view library, int32_t threads, int32_t shared_bytes,
-                      int64_t rows_per_chunk, int64_t grid_k, int32_t m_panels, bool real_view) {
+                      ffi::Result<ffi::AnyBuffer> out, ffi::Result<ffi::AnyBuffer> chunk_counters,
+                      std::string_view kernel, std::string_view library, int32_t threads,
+                      int32_t shared_bytes, int64_t rows_per_chunk, int64_t grid_k,
+                      int32_t m_panels, bool real_view) {
   return Tsmm(Op::kAb, stream, View(a, real_view), View(c, real_view), View(*out, real_view),
-              nullptr, nullptr,
+              nullptr, &*chunk_counters, nullptr,
               {kernel, library, threads, shared_bytes, rows_per_chunk, grid_k, m_panels, real_view});
 }
 
 ffi::Error TsmmAbUpdateImpl(cudaStream_t stream, ffi::AnyBuffer a, ffi::AnyBuffer c,
                             ffi::AnyBuffer y, ffi::Result<ffi::AnyBuffer> out,
-                            std::string_view kernel, std::string_view library, int32_t threads,
-                            int32_t shared_bytes, int64_t rows_per_chunk, int64_t grid_k,
-                            int32_t m_panels, bool real_view, double alpha_real,
-                            double alpha_imag, double beta_real, double beta_imag) {
+                            ffi::Result<ffi::AnyBuffer> chunk_counters, std::string_view kernel,
+                            std::string_view library, int32_t threads, int32_t shared_bytes,
+                            int64_t rows_per_chunk, int64_t grid_k, int32_t m_panels,
+                            bool real_view, double alpha_real, double alpha_imag,
+                            double beta_real, double beta_imag) {
   const Update update = {View(y, real_view), {alpha_real, alpha_imag}, {beta_real, beta_imag}};
   return Tsmm(Op::kAb, stream, View(a, real_view), View(c, real_view), View(*out, real_view),
-              nullptr, &update,
+              nullptr, &*chunk_counters, &update,
               {kernel, library, threads, shared_bytes, rows_per_chunk, grid_k, m_panels, real_view});
 }
 
@@ -338,7 +355,8 @@ auto AbBinding() {
                              .Ctx<ffi::PlatformStream<cudaStream_t>>()
                              .Arg<ffi::AnyBuffer>()    // a
                              .Arg<ffi::AnyBuffer>()    // c
-                             .Ret<ffi::AnyBuffer>());  // out
+                             .Ret<ffi::AnyBuffer>()    // out
+                             .Ret<ffi::AnyBuffer>());  // chunk counters
 }
 
 auto AbUpdateBinding() {
@@ -347,7 +365,8 @@ auto AbUpdateBinding() {
                              .Arg<ffi::AnyBuffer>()   // a
                              .Arg<ffi::AnyBuffer>()   // c
                              .Arg<ffi::AnyBuffer>()   // y
-                             .Ret<ffi::AnyBuffer>())  // out, may alias y
+                             .Ret<ffi::AnyBuffer>()   // out, may alias y
+                             .Ret<ffi::AnyBuffer>())  // chunk counters
       .Attr<double>("alpha_real")
       .Attr<double>("alpha_imag")
       .Attr<double>("beta_real")

@@ -117,8 +117,9 @@ def combine_complex(r, conj: bool):
 
 
 def _kernel_call(*operands, spec, out_aval, conj, alpha=1, beta=0):
-    """The FFI call of ``spec``'s kernel; atb's partial sums are a second result,
-    ab's update writes into y's buffer (XLA copies y first unless it is dead).
+    """The FFI call of ``spec``'s kernel; atb's partial sums and ab's chunk counters
+    are a second result, ab's update writes into y's buffer (XLA copies y first
+    unless it is dead).
 
     A real spec for complex operands runs on their real view: the handler sees
     each complex buffer as real of twice the width (``real_view``; nothing is
@@ -151,13 +152,14 @@ def _kernel_call(*operands, spec, out_aval, conj, alpha=1, beta=0):
         a, c, *y = operands
         operands = (a, expand_complex(c if alpha == 1 else alpha * c, conj), *y)
         alpha = 1
-    result = jax.ShapeDtypeStruct(out_aval.shape, out_aval.dtype)
+    # The blocks take chunks of K from a counter per batch item (codegen.abi), zeroed by the handler.
+    results = (jax.ShapeDtypeStruct(out_aval.shape, out_aval.dtype), jax.ShapeDtypeStruct((batch,), np.uint32))
     if not problem.update:
-        return jax.ffi.ffi_call("tsmm_ab", result)(*operands, **attrs)
+        return jax.ffi.ffi_call("tsmm_ab", results)(*operands, **attrs)[0]
     alpha, beta = complex(alpha), complex(beta)
     attrs.update(alpha_real=np.float64(alpha.real), alpha_imag=np.float64(alpha.imag),
                  beta_real=np.float64(beta.real), beta_imag=np.float64(beta.imag))
-    return jax.ffi.ffi_call("tsmm_ab_update", result, input_output_aliases={2: 0})(*operands, **attrs)
+    return jax.ffi.ffi_call("tsmm_ab_update", results, input_output_aliases={2: 0})(*operands, **attrs)[0]
 
 
 def _lowering(op: str, xla_impl, *, update: bool = False):

@@ -57,6 +57,15 @@ def test_atb_partials_are_a_second_result():
     assert re.search(r"-> \(tensor<7x9xf64>, tensor<[1-9][0-9]*xf64>\)", hlo)
 
 
+def test_ab_chunk_counters_are_a_second_result():
+    """ab's blocks take their chunks of K from a counter per batch item, an XLA
+    buffer like atb's partial sums (the handler zeroes it before each launch)."""
+    hlo = cuda_hlo(jax_tsmm.ab, jnp.ones((100_000, 7)), jnp.ones((7, 9)))
+    assert re.search(r"-> \(tensor<100000x9xf64>, tensor<1xui32>\)", hlo)
+    hlo = cuda_hlo(jax.vmap(jax_tsmm.ab), jnp.ones((3, 100_000, 7)), jnp.ones((3, 7, 9)))
+    assert re.search(r"-> \(tensor<3x100000x9xf64>, tensor<3xui32>\)", hlo)
+
+
 def test_waves_multiply_the_launch_grid():
     """Config.waves, a launch parameter (the same kernel): the grid holds that many
     times the resident blocks, and never more blocks than chunks of K."""
