@@ -133,12 +133,13 @@ for op, (m, n), dtype, config in BULK_CASES:
 
 # ab's blocks take their chunks of K from a counter (codegen/emit.py, _work_split): at K = 100000 each
 # block takes several, through the cp.async ring, the bulk ring (y through out's buffers too) and the
-# flat mapping's walk. K is a multiple of 16 rows so that every batch item starts on a 16-byte
-# boundary: with plain stores of a span's ragged ends, racecheck reports the slot reused across the
-# mbarriers, as for atb above (float64 ab 33 x 33 at K = 100003 on an H100, 2026-11-27).
+# flat mapping's walk. Not plain ab 33 x 33 with bulk copies, where racecheck reports, as for atb's
+# inline bulk copies above, accesses that the slots' `empty` mbarriers order: the bulk copies into a
+# slot against the fragment reads of its last round, and the producer's entry of the ring of chunks
+# against the consumers' read of it four steps before (H100, 2026-11-27; the results exact).
 for op, (m, n), dtype, config in [
         ("ab", (24, 24), "float64", default_config(Problem("ab", "float64", 24, 24), _cuda.arch())),
-        *[case for case in BULK_CASES if case[0].startswith("ab") and case[2] == "float64"]]:
+        *[case for case in BULK_CASES if case[0].startswith("ab") and case[2] == "float64" and case[1] != (33, 33)]]:
     check_forced(op, m, n, dtype, config, 100_000)
 
 # mtsm on the tensor cores: 3xTF32 on mma.sync, and on wgmma (sm_90a) with a chunk's products in flight
