@@ -18,10 +18,12 @@ Each module defines ``extern "C"`` kernels named after the spec:
        launcher checks).
 Launch: ``grid_k * batch`` blocks of ``spec.threads`` threads; block
 ``blockIdx.x`` works on batch item ``blockIdx.x / grid_k``, starting with chunk
-``blockIdx.x % grid_k`` of ``rows_per_chunk`` rows. atb's blocks go on with
-every ``grid_k``-th chunk; ab's take each next chunk as ``grid_k`` plus a ticket
+``blockIdx.x % grid_k`` of ``rows_per_chunk`` rows, and goes on with every
+``grid_k``-th chunk; the blocks of ab's kernels with bulk copies
+(``spec.chunk_slots``) take each next chunk instead as ``grid_k`` plus a ticket
 from their item's ``chunk_counters`` entry, which the launcher zeroes before
-each launch. ``spec.shared_bytes`` of dynamic shared memory.
+each launch (null for other kernels). ``spec.shared_bytes`` of dynamic shared
+memory.
 """
 
 MAX_BATCH_DIMS = 4
@@ -44,7 +46,7 @@ struct TsmmArgs {{
   const void* y;         // ab update: (batch..., K, N) like out, or out itself
   double alpha[2];       // ab update: the scales as (real, imaginary)
   double beta[2];
-  unsigned* chunk_counters;  // ab: one per batch item, zero at launch (see the launch below)
+  unsigned* chunk_counters;  // ab with bulk copies: one per batch item, zero at launch (see below)
 }};
 """
 

@@ -532,7 +532,7 @@ def _work_split(spec: KernelSpec, arith: _Arith, b_name: str) -> list[str]:
         f"const {e}* __restrict__ {b_name} = static_cast<const {e}*>(args.b) + tsmm_batch_offset(args, item, args.b_batch_stride);",
         f"const long long num_chunks = (args.k + {spec.rows_per_chunk} - 1) / {spec.rows_per_chunk};",
     ]
-    if not spec.chunk_slots:  # atb: a fixed order, so the partial sums add up the same every run
+    if not spec.chunk_slots:  # a fixed order (KernelSpec.chunk_slots)
         return lines + [
             "const long long my_chunks = first_chunk < num_chunks ? (num_chunks - first_chunk + args.grid_k - 1) / args.grid_k : 0;",
             "const int tid = threadIdx.x;",
@@ -540,11 +540,12 @@ def _work_split(spec: KernelSpec, arith: _Arith, b_name: str) -> list[str]:
     return lines + [
         "const int tid = threadIdx.x;",
         _SHARED_MEMORY,
-        "// Chunks taken (ab): after its first, a block takes each chunk from the item's counter",
-        "// as it gets to it, so the chunks in flight on the whole GPU stay one narrow window of",
-        "// addresses. Blocks striding through K in a fixed order drift apart: on an H200 such",
-        "// copies ran 7 % under those taking chunks (scripts/probe_bandwidth.py). chunk_ring",
-        "// holds the chunks of the steps taken and not yet done, step % its length.",
+        "// Chunks taken (ab with bulk copies): after its first, a block takes each chunk from the",
+        "// item's counter as it gets to it, so the chunks in flight on the whole GPU stay one",
+        "// narrow window of addresses. Blocks striding through K in a fixed order drift apart:",
+        "// on an H200 such copies ran 7 % under those taking chunks (scripts/probe_bandwidth.py),",
+        "// on an H100 these kernels 2-11 % faster than in the fixed order. chunk_ring holds the",
+        "// chunks of the steps taken and not yet done, step % its length.",
         "unsigned* const chunk_counter = args.chunk_counters + item;",
         "auto take_chunk = [&]() { return args.grid_k + static_cast<long long>(atomicAdd(chunk_counter, 1u)); };",
         f"long long* const chunk_ring = reinterpret_cast<long long*>(tsmm_smem + {spec.chunk_offset});",
@@ -554,7 +555,7 @@ def _work_split(spec: KernelSpec, arith: _Arith, b_name: str) -> list[str]:
 def _block_prologue(spec: KernelSpec, arith: _Arith, b_name: str) -> list[str]:
     p = spec.problem
     return _work_split(spec, arith, b_name) + [
-        *([] if spec.chunk_slots else [_SHARED_MEMORY]),  # ab's comes with its ring of chunks
+        *([] if spec.chunk_slots else [_SHARED_MEMORY]),  # else declared with the ring of chunks taken
         "",
         "// Every stage starts a whole number of 16-byte vectors into the matrix, so one",
         "// misalignment per operand, taken from the batch item's base, serves all stages.",
@@ -583,66 +584,29 @@ def _pipeline(spec: KernelSpec, issue: list[str], consume: list[str]) -> list[st
 
     `issue` copies chunk `chunk` (rows row0 .. row0+rows) into ring slot `slot`;
     `consume` computes on slot `slot` (row0 and rows given). The loads of stages-1 later chunks stay
-    in flight while one chunk is consumed, hiding DRAM latency. ab's chunks are
-    taken (_work_split) by thread 0 a step before their copies are issued, which
-    the step's barrier publishes; the walk ends at the first chunk past K."""
+    in flight while one chunk is consumed, hiding DRAM latency."""
     s = spec.config.stages
-    chunk, *place = _step_chunk(spec)
-    if not spec.chunk_slots:
-        return [
-            "auto issue = [&](long long step) {",
-            "  if (step < my_chunks) {",
-            *["    " + line for line in [chunk, *place] + issue],
-            "  }",
-            "  // Commit even an empty group so wait_group counts stay uniform at the tail.",
-            "  tsmm_cp_async_commit();",
-            "};",
-            "",
-            f"// Prologue: put the first {s - 1} chunks in flight.",
-            f"for (int step = 0; step < {s - 1}; ++step) issue(step);",
-            "",
-            "for (long long step = 0; step < my_chunks; ++step) {",
-            f"  // Chunk `step` has landed once at most {s - 2} newer groups are pending;",
-            "  // the barrier also tells us every thread is done with the slot refilled next.",
-            f"  tsmm_cp_async_wait<{s - 2}>();",
-            "  __syncthreads();",
-            f"  issue(step + {s - 1});",
-            *["  " + line for line in [chunk, *place] + consume],
-            "}",
-            "tsmm_cp_async_wait<0>();",
-            "__syncthreads();",
-        ]
-    return [
-        "if (tid == 0) {",
-        "  chunk_ring[0] = first_chunk;",
-        f"  for (int step = 1; step < {s}; ++step) chunk_ring[step] = take_chunk();",
-        "}",
-        "__syncthreads();",
+    issue_fn = [
         "auto issue = [&](long long step) {",
-        f"  {chunk}",
-        "  if (chunk < num_chunks) {",
-        *["    " + line for line in place + issue],
+        "  if (step < my_chunks) {",
+        *["    " + line for line in _step_chunk(spec) + issue],
         "  }",
         "  // Commit even an empty group so wait_group counts stay uniform at the tail.",
         "  tsmm_cp_async_commit();",
         "};",
+    ]
+    return issue_fn + [
         "",
         f"// Prologue: put the first {s - 1} chunks in flight.",
         f"for (int step = 0; step < {s - 1}; ++step) issue(step);",
         "",
-        "for (long long step = 0;; ++step) {",
+        "for (long long step = 0; step < my_chunks; ++step) {",
         f"  // Chunk `step` has landed once at most {s - 2} newer groups are pending;",
-        "  // the barrier also tells us every thread is done with the slot refilled next,",
-        "  // and publishes the chunk thread 0 took last step.",
+        "  // the barrier also tells us every thread is done with the slot refilled next.",
         f"  tsmm_cp_async_wait<{s - 2}>();",
         "  __syncthreads();",
-        f"  {chunk}",
-        "  if (chunk >= num_chunks) break;",
         f"  issue(step + {s - 1});",
-        "  long long taken = 0;",
-        "  if (tid == 0) taken = take_chunk();  // stored after this step's products, which hide its latency",
-        *["  " + line for line in place + consume],
-        f"  if (tid == 0) chunk_ring[(step + {s}) % {spec.chunk_slots}] = taken;  // the entry of step - 1, done",
+        *["  " + line for line in _step_chunk(spec) + consume],
         "}",
         "tsmm_cp_async_wait<0>();",
         "__syncthreads();",
@@ -1353,14 +1317,8 @@ def _emit_ab_flat(spec: KernelSpec) -> str:
     whole_test = f"row >= 0 && row + from{vec - 1} < args.k" if window else "out_vectors && row < args.k"
     body += [
         "",
-        "// Thread 0 takes each step's next chunk (_work_split); the step's closing barrier publishes it.",
-        "if (tid == 0) chunk_ring[0] = first_chunk;",
-        "__syncthreads();",
-        "for (long long step = 0;; ++step) {",
-        "  const long long chunk = chunk_ring[step % 2];",
-        "  if (chunk >= num_chunks) break;",
-        "  long long taken = 0;",
-        "  if (tid == 0) taken = take_chunk();  // stored after this step's rows, which hide its latency",
+        "for (long long step = 0; step < my_chunks; ++step) {",
+        "  const long long chunk = first_chunk + step * args.grid_k;",
         f"  #pragma unroll {c.unroll}",
         f"  for (int pass = 0; pass < {passes}; ++pass) {{",
         f"    const long long row = chunk * {c.rows_per_stage} + pass * {spec.rows_per_pass} + pass_row0;",
@@ -1376,8 +1334,6 @@ def _emit_ab_flat(spec: KernelSpec) -> str:
         *["      " + line for line in ragged],
         "    }",
         "  }",
-        "  if (tid == 0) chunk_ring[(step + 1) % 2] = taken;  // the entry of step - 1, done",
-        "  __syncthreads();",
         "}",
     ]
     return _kernels(spec, [(spec.name, spec.threads, body)])

@@ -544,13 +544,13 @@ class KernelSpec:
 
     @property
     def chunk_slots(self) -> int:
-        """ab: the chunks of K taken and not yet consumed (8 bytes each in shared
-        memory): a ring of stages + 1 (the chunk of each step in flight and the one
-        taken next), two for the flat mapping's walk; atb takes its chunks in a
-        fixed order (its partial sums must add up the same every run)."""
-        if self.problem.op != "ab":
-            return 0
-        return 2 if self.flat else self.config.stages + 1
+        """ab with bulk copies: the chunks of K taken and not yet consumed (8 bytes
+        each in shared memory), a ring of stages + 1 (the chunk of each step in
+        flight and the one taken next). Other kernels take their chunks in a fixed
+        order: atb's partial sums must add up the same every run, and ab's cp.async
+        ring ran float32 kernels 5-21 % slower with chunks taken (H100, 2026-11-27;
+        docs/performance.md, forty-ninth round)."""
+        return self.config.stages + 1 if self.problem.op == "ab" and self.bulk else 0
 
     @property
     def chunk_offset(self) -> int:

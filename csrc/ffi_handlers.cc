@@ -183,8 +183,9 @@ std::vector<BatchAxis> MergedBatchAxes(Dims a_dims, Dims b_dims, Dims out_dims) 
 }
 
 // `partials`: atb's buffer of grid_k partial sums per batch item, used when
-// grid_k > 1. `chunk_counters`: ab's, one 32-bit counter per batch item, zeroed
-// here before the launch. `update`: ab's fused update, or null.
+// grid_k > 1. `chunk_counters`: ab's, one 32-bit counter per batch item where the
+// kernel takes its chunks from them (empty where it does not), zeroed here before
+// the launch. `update`: ab's fused update, or null.
 ffi::Error Tsmm(Op op, cudaStream_t stream, const Operand& a, const Operand& b, const Operand& out,
                 const ffi::AnyBuffer* partials, const ffi::AnyBuffer* chunk_counters,
                 const Update* update, const KernelAttrs& attrs) {
@@ -256,12 +257,12 @@ ffi::Error Tsmm(Op op, cudaStream_t stream, const Operand& a, const Operand& b, 
     }
     args.partials = partials->untyped_data();
   }
-  if (op == Op::kAb) {
+  if (chunk_counters != nullptr && chunk_counters->size_bytes() > 0) {
     const size_t bytes = static_cast<size_t>(args.batch) * sizeof(unsigned);
-    if (chunk_counters == nullptr || chunk_counters->size_bytes() < bytes) {
+    if (chunk_counters->size_bytes() != bytes) {
       return ffi::Error::InvalidArgument(
-          "jax_tsmm: kernel '" + std::string(attrs.kernel) + "' needs " + std::to_string(bytes) +
-          " bytes of chunk counters, got " + std::to_string(chunk_counters ? chunk_counters->size_bytes() : 0));
+          "jax_tsmm: kernel '" + std::string(attrs.kernel) + "' takes " + std::to_string(bytes) +
+          " bytes of chunk counters, got " + std::to_string(chunk_counters->size_bytes()));
     }
     args.chunk_counters = static_cast<unsigned*>(chunk_counters->untyped_data());
     cudaError_t error = cudaMemsetAsync(args.chunk_counters, 0, bytes, stream);

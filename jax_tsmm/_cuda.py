@@ -118,8 +118,8 @@ def combine_complex(r, conj: bool):
 
 def _kernel_call(*operands, spec, out_aval, conj, alpha=1, beta=0):
     """The FFI call of ``spec``'s kernel; atb's partial sums and ab's chunk counters
-    are a second result, ab's update writes into y's buffer (XLA copies y first
-    unless it is dead).
+    (empty where the kernel has none) are a second result, ab's update writes into
+    y's buffer (XLA copies y first unless it is dead).
 
     A real spec for complex operands runs on their real view: the handler sees
     each complex buffer as real of twice the width (``real_view``; nothing is
@@ -152,8 +152,9 @@ def _kernel_call(*operands, spec, out_aval, conj, alpha=1, beta=0):
         a, c, *y = operands
         operands = (a, expand_complex(c if alpha == 1 else alpha * c, conj), *y)
         alpha = 1
-    # The blocks take chunks of K from a counter per batch item (codegen.abi), zeroed by the handler.
-    results = (jax.ShapeDtypeStruct(out_aval.shape, out_aval.dtype), jax.ShapeDtypeStruct((batch,), np.uint32))
+    # Kernels with bulk copies take chunks of K from a counter per batch item (codegen.abi), zeroed by the handler.
+    counters = batch if spec.chunk_slots else 0
+    results = (jax.ShapeDtypeStruct(out_aval.shape, out_aval.dtype), jax.ShapeDtypeStruct((counters,), np.uint32))
     if not problem.update:
         return jax.ffi.ffi_call("tsmm_ab", results)(*operands, **attrs)[0]
     alpha, beta = complex(alpha), complex(beta)
