@@ -548,8 +548,8 @@ class KernelSpec:
         each in shared memory), a ring of stages + 1 (the chunk of each step in
         flight and the one taken next). Other kernels take their chunks in a fixed
         order: atb's partial sums must add up the same every run, and ab's cp.async
-        ring ran float32 kernels 5-21 % slower with chunks taken (H100, 2026-11-27;
-        docs/performance.md, forty-ninth round)."""
+        ring ran float32 kernels at 0.79-1.09x their speed with chunks taken (0.94x
+        in geometric mean; H100, 2026-11-27, docs/performance.md, forty-ninth round)."""
         return self.config.stages + 1 if self.problem.op == "ab" and self.bulk else 0
 
     @property
