@@ -183,23 +183,22 @@ def main() -> None:
     next_chunk = cp.zeros(1, dtype=cp.uint64)
 
     def chunked(name: str, per: int, grid: int | None):
-        """A chunked copy; the counter is reset inside every variant's timing alike."""
+        """(bytes moved, launch) of a copy of the whole chunks; the counter is reset
+        inside every variant's timing alike."""
         chunks = vectors // (threads * per)
         args = (x, y) if grid is None else (x, y, chunks) if "stride" in name else (x, y, chunks, next_chunk)
 
         def launch():
             next_chunk.fill(0)
             kernel[name]((chunks if grid is None else grid,), (threads,), args)
-        return launch
+        return 2 * chunks * threads * per * 16, launch
 
-    moved_chunked = 2 * (vectors // (threads * 16)) * threads * 16 * 16
-    variants.append(("copy, full grid, chunks of 4 x 16 B per thread", moved_chunked,
-                     chunked("copy_chunks4_grid", 4, None)))
+    variants.append(("copy, full grid, chunks of 4 x 16 B per thread", *chunked("copy_chunks4_grid", 4, None)))
     for per in (4, 16):
         for per_sm in (2, 4, 8):
             for way in ("stride", "dynamic"):
-                variants.append((f"copy, {per_sm} blocks/SM, chunks of {per} x 16 B per thread, {way}", moved_chunked,
-                                 chunked(f"copy_chunks{per}_{way}", per, sms * per_sm)))
+                variants.append((f"copy, {per_sm} blocks/SM, chunks of {per} x 16 B per thread, {way}",
+                                 *chunked(f"copy_chunks{per}_{way}", per, sms * per_sm)))
     variants.append(("write, full grid, 16 B per thread", nbytes,
                      lambda: kernel["write_vec"]((blocks(vectors),), (threads,), (y, vectors))))
     device = cp.cuda.runtime.getDeviceProperties(0)["name"].decode()
