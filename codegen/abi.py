@@ -19,11 +19,13 @@ Each module defines ``extern "C"`` kernels named after the spec:
 Launch: ``grid_k * batch`` blocks of ``spec.threads`` threads; block
 ``blockIdx.x`` works on batch item ``blockIdx.x / grid_k``, starting with chunk
 ``blockIdx.x % grid_k`` of ``rows_per_chunk`` rows, and goes on with every
-``grid_k``-th chunk; the blocks of ab's kernels with bulk copies
-(``spec.chunk_slots``) take each next chunk instead as ``grid_k`` plus a ticket
-from their item's ``chunk_counters`` entry, which the launcher zeroes before
-each launch (null for other kernels). ``spec.shared_bytes`` of dynamic shared
-memory.
+``grid_k``-th chunk; the blocks of ab's kernels with bulk copies, or with
+``Config.ring_takes_chunks`` (``spec.chunk_slots``), take each next chunk instead
+as ``grid_k`` plus a ticket from their item's ``chunk_counters`` entry, which
+the launcher zeroes before each launch (null for other kernels; the struct's
+comment names the bulk kernels alone, left as it was so that every module's
+source, and so its cached cubin, stays the same). ``spec.shared_bytes`` of
+dynamic shared memory.
 """
 
 MAX_BATCH_DIMS = 4

@@ -540,11 +540,17 @@ def _work_split(spec: KernelSpec, arith: _Arith, b_name: str) -> list[str]:
     return lines + [
         "const int tid = threadIdx.x;",
         _SHARED_MEMORY,
-        "// Chunks taken (ab with bulk copies): after its first, a block takes each chunk from the",
-        "// item's counter as it gets to it, so the chunks in flight on the whole GPU stay one",
-        "// narrow window of addresses. Blocks striding through K in a fixed order drift apart:",
-        "// on an H200 such copies ran 7 % under those taking chunks (scripts/probe_bandwidth.py);",
-        "// on an H100 these kernels ran 3 % (float64) and 7 % (float32) faster taking them.",
+        *([
+            "// Chunks taken (ab with bulk copies): after its first, a block takes each chunk from the",
+            "// item's counter as it gets to it, so the chunks in flight on the whole GPU stay one",
+            "// narrow window of addresses. Blocks striding through K in a fixed order drift apart:",
+            "// on an H200 such copies ran 7 % under those taking chunks (scripts/probe_bandwidth.py);",
+            "// on an H100 these kernels ran 3 % (float64) and 7 % (float32) faster taking them.",
+        ] if spec.bulk else [
+            "// Chunks taken (Config.ring_takes_chunks, the tuner's choice): after its first, a block",
+            "// takes each chunk from the item's counter as it gets to it, as the kernels with bulk",
+            "// copies do, so the chunks in flight on the whole GPU stay one narrow window of addresses.",
+        ]),
         "// chunk_ring holds the chunks of the steps taken and not yet done, step % its length.",
         "unsigned* const chunk_counter = args.chunk_counters + item;",
         "auto take_chunk = [&]() { return args.grid_k + static_cast<long long>(atomicAdd(chunk_counter, 1u)); };",
@@ -584,29 +590,67 @@ def _pipeline(spec: KernelSpec, issue: list[str], consume: list[str]) -> list[st
 
     `issue` copies chunk `chunk` (rows row0 .. row0+rows) into ring slot `slot`;
     `consume` computes on slot `slot` (row0 and rows given). The loads of stages-1 later chunks stay
-    in flight while one chunk is consumed, hiding DRAM latency."""
+    in flight while one chunk is consumed, hiding DRAM latency. With
+    Config.ring_takes_chunks (ab) thread 0 takes each chunk (_work_split) a step
+    before its copies are issued, which that step's barrier publishes, and the walk
+    ends at the first chunk past K."""
     s = spec.config.stages
-    issue_fn = [
+    chunk, *place = _step_chunk(spec)
+    if not spec.chunk_slots:
+        return [
+            "auto issue = [&](long long step) {",
+            "  if (step < my_chunks) {",
+            *["    " + line for line in [chunk, *place] + issue],
+            "  }",
+            "  // Commit even an empty group so wait_group counts stay uniform at the tail.",
+            "  tsmm_cp_async_commit();",
+            "};",
+            "",
+            f"// Prologue: put the first {s - 1} chunks in flight.",
+            f"for (int step = 0; step < {s - 1}; ++step) issue(step);",
+            "",
+            "for (long long step = 0; step < my_chunks; ++step) {",
+            f"  // Chunk `step` has landed once at most {s - 2} newer groups are pending;",
+            "  // the barrier also tells us every thread is done with the slot refilled next.",
+            f"  tsmm_cp_async_wait<{s - 2}>();",
+            "  __syncthreads();",
+            f"  issue(step + {s - 1});",
+            *["  " + line for line in [chunk, *place] + consume],
+            "}",
+            "tsmm_cp_async_wait<0>();",
+            "__syncthreads();",
+        ]
+    return [
+        "if (tid == 0) {",
+        "  chunk_ring[0] = first_chunk;",
+        f"  for (int step = 1; step < {s}; ++step) chunk_ring[step] = take_chunk();",
+        "}",
+        "__syncthreads();",
         "auto issue = [&](long long step) {",
-        "  if (step < my_chunks) {",
-        *["    " + line for line in _step_chunk(spec) + issue],
+        f"  {chunk}",
+        "  if (chunk < num_chunks) {",
+        *["    " + line for line in place + issue],
         "  }",
         "  // Commit even an empty group so wait_group counts stay uniform at the tail.",
         "  tsmm_cp_async_commit();",
         "};",
-    ]
-    return issue_fn + [
         "",
         f"// Prologue: put the first {s - 1} chunks in flight.",
         f"for (int step = 0; step < {s - 1}; ++step) issue(step);",
         "",
-        "for (long long step = 0; step < my_chunks; ++step) {",
+        "for (long long step = 0;; ++step) {",
         f"  // Chunk `step` has landed once at most {s - 2} newer groups are pending;",
-        "  // the barrier also tells us every thread is done with the slot refilled next.",
+        "  // the barrier also tells us every thread is done with the slot refilled next,",
+        "  // and publishes the chunk thread 0 took last step.",
         f"  tsmm_cp_async_wait<{s - 2}>();",
         "  __syncthreads();",
+        f"  {chunk}",
+        "  if (chunk >= num_chunks) break;",
         f"  issue(step + {s - 1});",
-        *["  " + line for line in _step_chunk(spec) + consume],
+        "  long long taken = 0;",
+        "  if (tid == 0) taken = take_chunk();  // stored after this step's products, which hide its latency",
+        *["  " + line for line in place + consume],
+        f"  if (tid == 0) chunk_ring[(step + {s}) % {spec.chunk_slots}] = taken;  // the entry of step - 1, done",
         "}",
         "tsmm_cp_async_wait<0>();",
         "__syncthreads();",
@@ -1788,7 +1832,7 @@ def _kernels(spec: KernelSpec, kernels: list[tuple[str, int | None, list[str]]])
     p, c = spec.problem, spec.config
     parts = [
         f"// {spec.name}: {p.op} {p.dtype} M={p.m} N={p.n} conj={p.conj}",
-        "// " + ", ".join(f"{field}={value!r}" for field, value in dataclasses.asdict(c).items() if field != "waves"),
+        "// " + ", ".join(f"{field}={value!r}" for field, value in spec.source_fields.items()),
         f"// threads={spec.threads} shared_bytes={spec.shared_bytes} rows_per_chunk={spec.rows_per_chunk}",
     ]
     for name, threads, body in kernels:

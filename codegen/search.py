@@ -362,8 +362,9 @@ def neighbours(problem: Problem, config: Config, arch: str = "sm_90") -> list[Co
     model ranks least reliably, the stage geometry and occupancy (rows per stage, row
     groups, stages, blocks per SM), the padding of staged rows, for atb the warp
     tile's orientation and (mma) the FMA edges, the tile trimmed to the core's blocks
-    where it overhangs, DMMA's lone block of M transposed or not, and for ab on the
-    tensor cores the slabs per warp (not wgmma's) and the stage copies: the tuner's
+    where it overhangs, DMMA's lone block of M transposed or not, for ab on the
+    tensor cores the slabs per warp (not wgmma's) and the stage copies, and for ab's
+    cp.async ring the order of its chunks (Config.ring_takes_chunks): the tuner's
     local search around its fastest candidate
     (benchmarking every candidate, as Tensile does, on a neighbourhood instead of
     the whole space). Rows per stage follow a change of row groups pass for pass,
@@ -401,7 +402,10 @@ def neighbours(problem: Problem, config: Config, arch: str = "sm_90") -> list[Co
             steps.append(dict(tile_m=tile_m, rows_per_stage=passes * KernelSpec(problem, moved).rows_per_pass))
     if c.mma and problem.op == "ab" and has_bulk_copies(arch):  # (wgmma's too)
         # whether bulk copies pay at this geometry is not modelled
-        steps.append(dict(stage_copy="vector" if c.stage_copy == "bulk" else "bulk", y_in_out=False))
+        steps.append(dict(stage_copy="vector" if c.stage_copy == "bulk" else "bulk", y_in_out=False,
+                          ring_takes_chunks=False))
+    if problem.op == "ab" and c.mapping != "flat" and not start.bulk:
+        steps.append(dict(ring_takes_chunks=not c.ring_takes_chunks))  # which pays has no model (Config)
         if problem.update and c.stage_copy == "bulk":  # nor whether y's one chunk ahead keeps up
             steps.append(dict(y_in_out=not c.y_in_out))
     if c.mma and problem.op == "atb":  # the edges the other way, the warp tile trimmed to the core

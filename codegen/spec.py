@@ -14,6 +14,9 @@ import math
 from dataclasses import dataclass
 
 OPS = ("atb", "ab")
+# Config fields added after 2026-11-27, whose defaults keep the kernels as they were
+# (KernelSpec.source_fields).
+LATER_FIELDS = ("ring_takes_chunks",)
 
 # dtype name -> (C type of one real component, components per element)
 DTYPES = {
@@ -241,6 +244,14 @@ class Config:
                      blocks in order, which keeps the front of addresses compact
                      (on an H200 a full-grid copy measured 7 % faster than a
                      grid-stride one, scripts/probe_bandwidth.py).
+    ring_takes_chunks  ab with the cp.async ring (not bulk copies, not flat): the
+                     block's thread 0 takes each chunk after its first from the
+                     batch item's counter, as the bulk kernels' producer warp
+                     always does (KernelSpec.chunk_slots), instead of striding
+                     through K in a fixed order. On an H100 (2026-11-27) that ran
+                     16 float64 ring kernels 0.99-1.10x their speed (1.04x in
+                     geometric mean) but 26 float32 ones 0.79-1.09x (0.94x), for
+                     no cause found, so the tuner decides (search.neighbours).
     """
 
     tile_m: int = 1
@@ -264,6 +275,7 @@ class Config:
     m_panels: int = 1
     blocks_per_sm: int = 2
     waves: int = 1
+    ring_takes_chunks: bool = False
 
 
 @dataclass(frozen=True)
@@ -544,13 +556,13 @@ class KernelSpec:
 
     @property
     def chunk_slots(self) -> int:
-        """ab with bulk copies: the chunks of K taken and not yet consumed (8 bytes
-        each in shared memory), a ring of stages + 1 (the chunk of each step in
-        flight and the one taken next). Other kernels take their chunks in a fixed
-        order: atb's partial sums must add up the same every run, and ab's cp.async
-        ring ran float32 kernels at 0.79-1.09x their speed with chunks taken (0.94x
-        in geometric mean; H100, 2026-11-27, docs/performance.md, forty-ninth round)."""
-        return self.config.stages + 1 if self.problem.op == "ab" and self.bulk else 0
+        """ab with bulk copies, or with the cp.async ring where Config.ring_takes_chunks:
+        the chunks of K taken and not yet consumed (8 bytes each in shared memory), a
+        ring of stages + 1 (the chunk of each step in flight and the one taken next).
+        Other kernels take their chunks in a fixed order: atb's partial sums must add
+        up the same every run."""
+        takes = self.bulk or self.config.ring_takes_chunks
+        return self.config.stages + 1 if self.problem.op == "ab" and takes else 0
 
     @property
     def chunk_offset(self) -> int:
@@ -611,12 +623,20 @@ class KernelSpec:
         return max(estimate, MMA_MIN_REGISTERS) if c.mma else estimate
 
     @property
+    def source_fields(self) -> dict:
+        """The Config fields that shape the source, in order: all but the launch
+        parameter waves, and those of LATER_FIELDS only where they differ from their
+        defaults, so that the kernels before them keep byte-identical sources, names
+        and cached cubins."""
+        c = self.config
+        return {f.name: getattr(c, f.name) for f in dataclasses.fields(c)  # asdict deep-copies
+                if f.name != "waves" and (f.name not in LATER_FIELDS or getattr(c, f.name) != f.default)}
+
+    @property
     def name(self) -> str:
         """Kernel symbol: readable prefix + hash of everything that shapes the source."""
-        p, c = self.problem, self.config
-        source_fields = {f.name: getattr(c, f.name) for f in dataclasses.fields(c)  # asdict deep-copies
-                         if f.name != "waves"}  # a launch parameter, not part of the source
-        digest = hashlib.sha1(repr((p, sorted(source_fields.items()))).encode()).hexdigest()[:10]
+        p = self.problem
+        digest = hashlib.sha1(repr((p, sorted(self.source_fields.items()))).encode()).hexdigest()[:10]
         op = p.op + ("c" if p.conj else "") + ("_update" if p.update else "")
         return f"tsmm_{op}_{p.dtype}_m{p.m}_n{p.n}_{digest}"
 
@@ -771,6 +791,9 @@ def validate(spec: KernelSpec) -> None:
         raise InvalidSpec("; ".join(errors), spec)
     if c.stage_copy == "bulk_inline" and p.op != "atb":
         errors.append("bulk_inline serves atb only (ab's bulk pipeline keeps its producer warp)")
+        raise InvalidSpec("; ".join(errors), spec)
+    if c.ring_takes_chunks and not (p.op == "ab" and not spec.flat and not spec.bulk):
+        errors.append("ring_takes_chunks serves ab with the cp.async ring (bulk copies always take their chunks)")
         raise InvalidSpec("; ".join(errors), spec)
     if c.y_in_out and not (p.update and c.stage_out and spec.bulk):
         errors.append("y_in_out serves ab's fused update with staged output and bulk copies")

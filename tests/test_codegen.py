@@ -21,8 +21,8 @@ from jax_tsmm.codegen.model import (SHARED_BUDGET, carried_to_update, is_valid, 
 from jax_tsmm.codegen.emit import _vector_element, _vector_order, dmma_products, kernel_source
 from jax_tsmm.codegen.search import (LARGE_TILE_BLOCKS, ONE_BLOCK_STAGE_BYTES, _dmma_steps, _tensor_use, _usable,
                                      candidates, flat_candidates, launch_bound_registers, neighbours)
-from jax_tsmm.codegen.spec import (MAX_REGISTERS, MAX_SHARED_BYTES, WGMMA_FIXED_REGISTERS, WGMMA_STEP_REGISTERS,
-                                   wgmma_fragment_vector)
+from jax_tsmm.codegen.spec import (LATER_FIELDS, MAX_REGISTERS, MAX_SHARED_BYTES, WGMMA_FIXED_REGISTERS,
+                                   WGMMA_STEP_REGISTERS, wgmma_fragment_vector)
 
 DTYPES = ("float32", "float64", "complex64", "complex128")
 
@@ -99,6 +99,10 @@ def _sample_specs() -> list[KernelSpec]:
         (Problem("atb", "complex128", 53, 53), Config(tile_m=2, tile_n=2, mapping="blocked", row_groups=1, rows_per_stage=16, mma=True, gauss=True, blocks_per_sm=1)),
         (Problem("atb", "complex128", 57, 57, conj=True), Config(tile_m=2, tile_n=4, mapping="blocked", row_groups=1, rows_per_stage=32, stages=2, mma=True, gauss=True, stage_copy="bulk", blocks_per_sm=1)),
         (Problem("atb", "complex128", 49, 49), Config(tile_m=1, tile_n=7, mapping="blocked", row_groups=1, rows_per_stage=16, mma=True, gauss=True, lone_transposed=True, stage_copy="bulk", blocks_per_sm=1)),
+        # ab's cp.async ring taking its chunks: FMA with C shared, DMMA with staged output, the update
+        (Problem("ab", "float64", 5, 11), Config(tile_m=2, tile_n=4, mapping="blocked", row_groups=16, rows_per_stage=64, stages=2, ring_takes_chunks=True)),
+        (Problem("ab", "float64", 43, 43), Config(tile_m=2, tile_n=2, mapping="blocked", row_groups=2, rows_per_stage=64, c_source="global", mma=True, stage_out=True, ring_takes_chunks=True)),
+        (Problem("ab", "float32", 20, 33, update=True), Config(tile_m=2, tile_n=1, row_groups=4, rows_per_stage=64, c_source="global", mma=True, tf32x3=True, stage_out=True, ring_takes_chunks=True)),
     ]
     return specs + [KernelSpec(p, c) for p, c in variants]
 
@@ -144,6 +148,7 @@ def test_model_kernels_fit_their_launch_bounds():
         (dict(rows_per_stage=32768, row_groups=32), "shared memory"),
         (dict(fma_edges=True), "fma_edges"),  # without mma
         (dict(mma=True, tile_m=1, tile_n=1, fma_edges=True), "fma_edges"),  # 8 x 8 has no edges
+        (dict(ring_takes_chunks=True), "ring_takes_chunks"),  # atb's partial sums keep their order
     ],
 )
 def test_invalid_specs_are_rejected_with_a_reason(change, reason):
@@ -928,7 +933,7 @@ def test_neighbours_are_valid_one_step_moves(problem):
     moves = neighbours(problem, start)
     assert moves and start not in moves and len(set(moves)) == len(moves)
     movable = {"rows_per_stage", "row_groups", "stages", "blocks_per_sm", "tile_m", "tile_n", "fma_edges", "padded",
-               "stage_copy"}
+               "stage_copy", "ring_takes_chunks"}
     for config in moves:
         validate(KernelSpec(problem, config))
         changed = {f for f in movable | set(dataclasses.asdict(start)) if getattr(config, f) != getattr(start, f)}
@@ -945,6 +950,8 @@ def test_neighbours_are_valid_one_step_moves(problem):
             assert (config.tile_m, config.tile_n) == (start.tile_n, start.tile_m) or (config.mma and exact)
         if "stage_copy" in changed:  # ab: vector or bulk copies; atb: bulk copies from a producer warp or inline
             assert config.mma and (problem.op == "ab" or {start.stage_copy, config.stage_copy} == {"bulk", "bulk_inline"})
+        if "ring_takes_chunks" in changed:  # ab's cp.async ring alone: flipped on its own, or off for bulk copies
+            assert problem.op == "ab" and (changed == {"ring_takes_chunks"} or not config.ring_takes_chunks)
         if "row_groups" in changed:
             passes = start.rows_per_stage // KernelSpec(problem, start).rows_per_pass
             assert config.rows_per_stage == passes * KernelSpec(problem, config).rows_per_pass
@@ -996,6 +1003,23 @@ def test_neighbours_deepen_the_ring_at_the_blocks_per_sm_that_fit():
     assert dataclasses.replace(start, stages=3, blocks_per_sm=2) in neighbours(problem, start)
 
 
+def test_neighbours_flip_the_order_of_abs_cp_async_ring_alone():
+    """Whether ab's cp.async ring takes its chunks is the local search's to decide
+    (Config.ring_takes_chunks): one neighbour of a ring kernel flips it, and none of a
+    kernel with bulk copies (which always takes them), the flat walk or atb."""
+    ring = Problem("ab", "float64", 43, 43)
+    start = Config(tile_m=2, tile_n=2, mapping="blocked", row_groups=2, rows_per_stage=64, c_source="global",
+                   mma=True, stage_out=True)
+    assert dataclasses.replace(start, ring_takes_chunks=True) in neighbours(ring, start, "sm_90")
+    taking = dataclasses.replace(start, ring_takes_chunks=True)
+    assert start in neighbours(ring, taking, "sm_90")
+    assert dataclasses.replace(start, stage_copy="bulk") in neighbours(ring, taking, "sm_90")
+    others = [(ring, dataclasses.replace(start, stage_copy="bulk")), (Problem("ab", "float64", 3, 7), flat_candidates(Problem("ab", "float64", 3, 7))[0]),
+              (Problem("atb", "float64", 8, 8), default_config(Problem("atb", "float64", 8, 8)))]
+    for problem, config in others:
+        assert not any(c.ring_takes_chunks for c in neighbours(problem, config, "sm_90"))
+
+
 @pytest.mark.parametrize("problem", [Problem("atb", "float32", 2, 2), Problem("ab", "float32", 4, 16),
                                      Problem("atb", "float64", 6, 3)])
 def test_neighbours_flip_the_padding_where_it_changes_the_layout(problem):
@@ -1027,14 +1051,26 @@ def test_flat_neighbours_move_the_grid_not_the_ring():
 
 
 def test_names_identify_the_source():
-    p = Problem("atb", "float64", 5, 5)
+    p = Problem("ab", "float64", 5, 5)
     c = default_config(p)
     same_source = dataclasses.replace(c, waves=c.waves + 1)
     assert module_source([KernelSpec(p, c)]) == module_source([KernelSpec(p, same_source)])
     assert KernelSpec(p, c).name == KernelSpec(p, same_source).name
-    for other_source in (dataclasses.replace(c, unroll=c.unroll + 1), dataclasses.replace(c, blocks_per_sm=c.blocks_per_sm + 1)):
+    for other_source in (dataclasses.replace(c, unroll=c.unroll + 1), dataclasses.replace(c, blocks_per_sm=c.blocks_per_sm + 1),
+                         dataclasses.replace(c, ring_takes_chunks=True)):
         assert module_source([KernelSpec(p, c)]) != module_source([KernelSpec(p, other_source)])
         assert KernelSpec(p, c).name != KernelSpec(p, other_source).name
+
+
+def test_later_fields_at_their_defaults_leave_sources_and_names_as_before():
+    """A field added since (LATER_FIELDS) enters a kernel's name and source only where
+    it is set: the kernels before it keep their names and cached cubins."""
+    spec = KernelSpec(Problem("ab", "float64", 5, 5), default_config(Problem("ab", "float64", 5, 5)))
+    for field in LATER_FIELDS:
+        assert field not in spec.source_fields and field not in module_source([spec])
+    before = {f.name: getattr(spec.config, f.name) for f in dataclasses.fields(Config)
+              if f.name not in LATER_FIELDS + ("waves",)}
+    assert spec.source_fields == before
 
 
 def _nvcc_compile(specs, tmp_path):

@@ -613,6 +613,54 @@ def test_gauss_ab_path(m, n, tile_m, tile_n, row_groups, stage_copy, stage_out, 
     check_forced(spec, "ab", a, c)
 
 
+RING_PARAMETERS = ("dtype", "m", "n", "kind", "update")
+RING_CASES = [  # ab's cp.async ring on each kind of kernel, a complex one by its real view, the update
+    ("float64", 5, 11, "fma", False),
+    ("float32", 13, 4, "fma", True),
+    ("float64", 43, 43, "dmma", False),
+    ("float64", 37, 29, "dmma", True),
+    ("float32", 49, 49, "tf32x3", False),
+    ("float32", 60, 60, "wgmma", False),
+    ("complex128", 21, 21, "dmma", False),
+]
+
+
+def ring_spec(dtype, m, n, kind, update) -> KernelSpec:
+    """A RING_CASES row's kernel: the search's best-ranked candidate of that kind with
+    the cp.async ring (not bulk copies), taking its chunks (Config.ring_takes_chunks)."""
+    problem = Problem("ab", dtype, m, n, update=update)
+    problem = _dispatch.real_view_problem(problem) or problem
+    kinds = {"fma": lambda c: not c.mma, "dmma": lambda c: c.mma and not c.tf32x3,
+             "tf32x3": lambda c: c.tf32x3 and not c.wgmma, "wgmma": lambda c: c.wgmma}
+    config = next(c for c in candidates(problem, 64, "sm_90")
+                  if kinds[kind](c) and c.stage_copy != "bulk" and c.mapping != "flat")
+    return KernelSpec(problem, dataclasses.replace(config, ring_takes_chunks=True))
+
+
+@pytest.fixture(scope="module")
+def ring_kernels_compiled(request):
+    precompile_selected(request, "test_ring_takes_chunks", RING_PARAMETERS, ring_spec)
+
+
+@pytest.mark.parametrize(", ".join(RING_PARAMETERS), RING_CASES)
+@pytest.mark.parametrize("k", [1, 37, 100_003, 10**6 + 7])
+def test_ring_takes_chunks(dtype, m, n, kind, update, k, ring_kernels_compiled):
+    """ab's cp.async ring taking its chunks from the batch item's counter
+    (Config.ring_takes_chunks): within the error bound, every chunk once, through
+    many rounds of the ring with a ragged last chunk, over batch items (the long K
+    on one item), and the same bits on every run (each element of out is still one
+    thread's sum of the same products)."""
+    rng = np.random.default_rng()
+    spec = ring_spec(dtype, m, n, kind, update)
+    assert spec.chunk_slots and not spec.bulk
+    batch = () if k > 10**6 else (3,)
+    if update:
+        check_forced_update(Problem("ab", dtype, m, n, update=True), spec, rng, k, batch)
+        return
+    a, c = operands(rng, "ab", dtype, k, m, n, batch, batch)
+    check_forced(spec, "ab", a, c)
+
+
 WGMMA_CASES = [  # M, N, row_groups, rows_per_stage, stage_out, stage_copy: A's rows read 4 apart (odd M),
     # 2 apart (2 mod 4), 1 apart (4 mod 8), padded (multiples of 8); N padded to 8-column blocks, M to
     # k-steps of 8; bulk copies in and bulk stores out from two buffers, rows of a multiple of 8
