@@ -52,6 +52,12 @@ MMA_MIN_WARPS = 8  # per block beyond 32x32; the widths up to 32x32, which ran w
 # 64x2 at 97-103 % of the roofline where the FMA kernels ran 62-77 % (the tuned
 # squares from 9 to 31 are wgmma's there too).
 WGMMA_M = range(16, 65)
+# float64 ab's cp.async ring on sm_90 takes its chunks from the counters
+# (Config.ring_takes_chunks): on an H100 (2026-11-27, scripts/compare_configs.py) the
+# dispatched ring kernels ran 13 of 14 float64 widths 1.02-1.10x faster so (43: 90.3
+# -> 99.1 % of the copy roofline), 49 at 0.98x; float32's 25 ran 0.71-1.08x (wgmma
+# 0.71-0.91x), so it stays the tuner's choice there (performance.md, fiftieth round).
+RING_TAKES_CHUNKS_DTYPES = ("float64",)
 WGMMA_NARROW_N = 16  # wgmma_config: more warpgroups per SM for out this narrow
 # Its A staged by bulk copies (a producer warp) and out leaving by bulk stores, where M
 # is not a multiple of 32: on an H200 (2026-11-24, tuner) the winner at all 22 widths of
@@ -292,6 +298,15 @@ def gauss_atb_config() -> Config:
 def default_config(problem: Problem, arch: str = "") -> Config:
     """A valid configuration for ``problem`` from the model above, for GPUs of ``arch``
     (empty: any from sm_80, as the prebuilt set is built; "sm_90" may get wgmma)."""
+    config = _model_config(problem, arch)
+    spec = KernelSpec(problem, config)
+    if (problem.op == "ab" and problem.dtype in RING_TAKES_CHUNKS_DTYPES and arch and has_bulk_copies(arch)
+            and not spec.bulk and not spec.flat):
+        return dataclasses.replace(config, ring_takes_chunks=True)
+    return config
+
+
+def _model_config(problem: Problem, arch: str) -> Config:
     if problem.update:
         return carried_to_update(problem, default_config(dataclasses.replace(problem, update=False), arch))
     if takes_wgmma(problem, arch):

@@ -339,7 +339,7 @@ def candidates(problem: Problem, limit: int = 16, arch: str = "sm_90") -> list[C
     # The model's own tile with bulk copies next, where the GPU and the layout allow them,
     # then the flat mapping's start and two of its variants.
     firsts = [default]
-    with_bulk = dataclasses.replace(default, stage_copy="bulk")
+    with_bulk = dataclasses.replace(default, stage_copy="bulk", ring_takes_chunks=False)
     if not KernelSpec(problem, default).bulk and has_bulk_copies(arch) and is_valid(KernelSpec(problem, with_bulk)):
         firsts.append(with_bulk)
     firsts += [c for c in flat_candidates(problem)[:3] if c not in firsts]

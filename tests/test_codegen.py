@@ -228,7 +228,7 @@ def test_candidates_keep_to_their_limit():
     """Fewer candidates asked than the model's own starts (ab's default, its bulk
     variant and three flat ones): the first of those, no more."""
     problem = Problem("ab", "float64", 5, 5)
-    assert candidates(problem, 1, "sm_90") == [default_config(problem)]
+    assert candidates(problem, 1, "sm_90") == [default_config(problem, "sm_90")]
     assert len(candidates(problem, 3, "sm_90")) == 3 and len(candidates(problem, 8, "sm_90")) == 8
 
 

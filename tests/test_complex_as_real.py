@@ -131,7 +131,7 @@ def test_database_entries_choose_the_real_view(monkeypatch):
     real = Problem("ab", "float64", 32, 32)
     assert select("ab", "complex128", 16, 16, k=100_000) == KernelSpec(real, tuned_config)  # no entry: the model
     assert select("ab", "complex128", 16, 16, k=1000) is None  # no entry, small K: XLA
-    assert select("ab", "complex128", 16, 16, k=1 << 21) == KernelSpec(real, default_config(real))
+    assert select("ab", "complex128", 16, 16, k=1 << 21) == KernelSpec(real, default_config(real, "sm_90"))
     assert select("ab", "float64", 32, 32, k=1 << 21) is None
     with _dispatch.model_only():
         assert select("atb", "complex64", 5, 3).problem.dtype == "complex64"

@@ -58,21 +58,19 @@ def test_atb_partials_are_a_second_result():
 
 
 def test_ab_chunk_counters_are_a_second_result():
-    """ab's kernels with bulk copies (or Config.ring_takes_chunks) take their chunks of K from a counter per batch
-    item, an XLA buffer like atb's partial sums (the handler zeroes it before each
-    launch); other kernels get an empty one."""
+    """ab's kernels with bulk copies, or with Config.ring_takes_chunks, take their
+    chunks of K from a counter per batch item, an XLA buffer like atb's partial sums
+    (the handler zeroes it before each launch); other kernels get an empty one."""
     bulk = jnp.ones((100_000, 64)), jnp.ones((64, 1))
     assert default_config(Problem("ab", "float64", 64, 1), "sm_90").stage_copy == "bulk"
     assert re.search(r"-> \(tensor<100000x1xf64>, tensor<1xui32>\)", cuda_hlo(jax_tsmm.ab, *bulk))
     batched = cuda_hlo(jax.vmap(jax_tsmm.ab), *(jnp.stack([x] * 3) for x in bulk))
     assert re.search(r"-> \(tensor<3x100000x1xf64>, tensor<3xui32>\)", batched)
-    ring = Problem("ab", "float64", 7, 9)
-    assert default_config(ring, "sm_90").stage_copy == "vector"
-    narrow = jnp.ones((100_000, 7)), jnp.ones((7, 9))
-    assert re.search(r"-> \(tensor<100000x9xf64>, tensor<0xui32>\)", cuda_hlo(jax_tsmm.ab, *narrow))
-    jax.clear_caches()  # the same shapes lowered again, with the ring taking its chunks (Config.ring_takes_chunks)
-    with _dispatch.forced(KernelSpec(ring, dataclasses.replace(default_config(ring, "sm_90"), ring_takes_chunks=True))):
-        assert re.search(r"-> \(tensor<100000x9xf64>, tensor<1xui32>\)", cuda_hlo(jax_tsmm.ab, *narrow))
+    for dtype, counters in (("float32", 0), ("float64", 1)):  # the model's cp.async rings: float64's take them
+        config = default_config(Problem("ab", dtype, 7, 9), "sm_90")
+        assert config.stage_copy == "vector" and config.ring_takes_chunks == bool(counters)
+        hlo = cuda_hlo(jax_tsmm.ab, jnp.ones((100_000, 7), dtype), jnp.ones((7, 9), dtype))
+        assert re.search(rf"-> \(tensor<100000x9x{dtype[0]}{dtype[5:]}>, tensor<{counters}xui32>\)", hlo)
 
 
 def test_waves_multiply_the_launch_grid():
