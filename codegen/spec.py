@@ -249,9 +249,11 @@ class Config:
                      batch item's counter, as the bulk kernels' producer warp
                      always does (KernelSpec.chunk_slots), instead of striding
                      through K in a fixed order. On an H100 (2026-11-27) that ran
-                     16 float64 ring kernels 0.99-1.10x their speed (1.04x in
-                     geometric mean) but 26 float32 ones 0.79-1.09x (0.94x), for
-                     no cause found, so the tuner decides (search.neighbours).
+                     14 dispatched float64 ring kernels 0.98-1.10x their speed
+                     (1.04x in geometric mean) but 25 float32 ones 0.71-1.09x
+                     (0.92x), for no cause found: the model sets it for float64
+                     on sm_90 (model.RING_TAKES_CHUNKS_DTYPES), and elsewhere
+                     the tuner's local search decides (search.neighbours).
     """
 
     tile_m: int = 1
