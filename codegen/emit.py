@@ -596,40 +596,37 @@ def _pipeline(spec: KernelSpec, issue: list[str], consume: list[str]) -> list[st
     ends at the first chunk past K."""
     s = spec.config.stages
     chunk, *place = _step_chunk(spec)
-    if not spec.chunk_slots:
-        return [
-            "auto issue = [&](long long step) {",
-            "  if (step < my_chunks) {",
-            *["    " + line for line in [chunk, *place] + issue],
-            "  }",
-            "  // Commit even an empty group so wait_group counts stay uniform at the tail.",
-            "  tsmm_cp_async_commit();",
-            "};",
-            "",
-            f"// Prologue: put the first {s - 1} chunks in flight.",
-            f"for (int step = 0; step < {s - 1}; ++step) issue(step);",
-            "",
-            "for (long long step = 0; step < my_chunks; ++step) {",
-            f"  // Chunk `step` has landed once at most {s - 2} newer groups are pending;",
-            "  // the barrier also tells us every thread is done with the slot refilled next.",
-            f"  tsmm_cp_async_wait<{s - 2}>();",
-            "  __syncthreads();",
+    taken = spec.chunk_slots > 0
+    if taken:
+        start = ["if (tid == 0) {",
+                 "  chunk_ring[0] = first_chunk;",
+                 f"  for (int step = 1; step < {s}; ++step) chunk_ring[step] = take_chunk();",
+                 "}",
+                 "__syncthreads();"]
+        issue_guard, issue_body = [f"  {chunk}", "  if (chunk < num_chunks) {"], place + issue
+        walk = "for (long long step = 0;; ++step) {"
+        barrier_tells = ["  // the barrier also tells us every thread is done with the slot refilled next,",
+                         "  // and publishes the chunk thread 0 took last step."]
+        step_body = [
+            f"  {chunk}",
+            "  if (chunk >= num_chunks) break;",
             f"  issue(step + {s - 1});",
-            *["  " + line for line in [chunk, *place] + consume],
-            "}",
-            "tsmm_cp_async_wait<0>();",
-            "__syncthreads();",
+            "  long long taken = 0;",
+            "  if (tid == 0) taken = take_chunk();  // stored after this step's products, which hide its latency",
+            *["  " + line for line in place + consume],
+            f"  if (tid == 0) chunk_ring[(step + {s}) % {spec.chunk_slots}] = taken;  // the entry of step - 1, done",
         ]
+    else:
+        start = []
+        issue_guard, issue_body = ["  if (step < my_chunks) {"], [chunk, *place] + issue
+        walk = "for (long long step = 0; step < my_chunks; ++step) {"
+        barrier_tells = ["  // the barrier also tells us every thread is done with the slot refilled next."]
+        step_body = [f"  issue(step + {s - 1});", *["  " + line for line in [chunk, *place] + consume]]
     return [
-        "if (tid == 0) {",
-        "  chunk_ring[0] = first_chunk;",
-        f"  for (int step = 1; step < {s}; ++step) chunk_ring[step] = take_chunk();",
-        "}",
-        "__syncthreads();",
+        *start,
         "auto issue = [&](long long step) {",
-        f"  {chunk}",
-        "  if (chunk < num_chunks) {",
-        *["    " + line for line in place + issue],
+        *issue_guard,
+        *["    " + line for line in issue_body],
         "  }",
         "  // Commit even an empty group so wait_group counts stay uniform at the tail.",
         "  tsmm_cp_async_commit();",
@@ -638,19 +635,12 @@ def _pipeline(spec: KernelSpec, issue: list[str], consume: list[str]) -> list[st
         f"// Prologue: put the first {s - 1} chunks in flight.",
         f"for (int step = 0; step < {s - 1}; ++step) issue(step);",
         "",
-        "for (long long step = 0;; ++step) {",
+        walk,
         f"  // Chunk `step` has landed once at most {s - 2} newer groups are pending;",
-        "  // the barrier also tells us every thread is done with the slot refilled next,",
-        "  // and publishes the chunk thread 0 took last step.",
+        *barrier_tells,
         f"  tsmm_cp_async_wait<{s - 2}>();",
         "  __syncthreads();",
-        f"  {chunk}",
-        "  if (chunk >= num_chunks) break;",
-        f"  issue(step + {s - 1});",
-        "  long long taken = 0;",
-        "  if (tid == 0) taken = take_chunk();  // stored after this step's products, which hide its latency",
-        *["  " + line for line in place + consume],
-        f"  if (tid == 0) chunk_ring[(step + {s}) % {spec.chunk_slots}] = taken;  // the entry of step - 1, done",
+        *step_body,
         "}",
         "tsmm_cp_async_wait<0>();",
         "__syncthreads();",
