@@ -1018,6 +1018,10 @@ def test_neighbours_flip_the_order_of_abs_cp_async_ring_alone():
               (Problem("atb", "float64", 8, 8), default_config(Problem("atb", "float64", 8, 8)))]
     for problem, config in others:
         assert not any(c.ring_takes_chunks for c in neighbours(problem, config, "sm_90"))
+    update = Problem("ab", "float64", 33, 7, update=True)  # beside it, the bulk update's own step: y in out's buffers
+    bulk = Config(tile_m=2, tile_n=1, mapping="blocked", row_groups=2, rows_per_stage=64, c_source="global",
+                  mma=True, stage_out=True, stage_copy="bulk")
+    assert any(c.y_in_out for c in neighbours(update, bulk, "sm_90"))
 
 
 @pytest.mark.parametrize("problem", [Problem("atb", "float32", 2, 2), Problem("ab", "float32", 4, 16),
