@@ -255,7 +255,8 @@ def opening_specs(problem: Problem, specs: list[KernelSpec], k: int, range_idx: 
     (``nearby_winners``), for ab's fused update plain ab's kernel carried to it
     (``carried_to_update``: an update entry otherwise hides it), and dispatch's
     kernel before the run; the second and third also as kernel -> where they
-    come from."""
+    come from. Where none of these nor any of ``specs`` exists, the model's
+    kernel opens the run."""
     incumbent = _dispatch.select(problem.op, problem.dtype, problem.m, problem.n, k, 0, problem.conj, arch,
                                  device, update=problem.update)
     real = _dispatch.real_view_problem(problem)
@@ -279,6 +280,12 @@ def opening_specs(problem: Problem, specs: list[KernelSpec], k: int, range_idx: 
             pass
     extra = [spec for spec in dict.fromkeys([real_own, *origins])
              if spec is not None and spec not in specs + [incumbent]]
+    if not specs and not extra and incumbent is None:
+        # Nothing opens the run (no search candidates asked, XLA's dot serving, nothing
+        # near): the model's kernel does, so that the local search has a start (on an H100,
+        # 2026-11-27, float64 ab 8x8 with --candidates 0 timed nothing).
+        extra = candidate_specs(problem, 1, arch)
+        origins.update({spec: "the model's kernel" for spec in extra})
     return extra, incumbent, origins
 
 

@@ -109,6 +109,19 @@ def test_dispatchs_current_kernel_is_timed_among_the_candidates(monkeypatch):
     assert entry["candidates"] == 3
 
 
+def test_the_models_kernel_opens_a_run_that_nothing_else_opens(monkeypatch):
+    """No search candidates asked (``--candidates 0``), XLA's dot serving on every GPU
+    model and no winner nearby: the model's kernel opens the run, so that the local
+    search has a start; otherwise the model's kernel is not added."""
+    problem = Problem("ab", "float64", 8, 8)
+    monkeypatch.setattr(_dispatch, "select", lambda *args, **kwargs: None)
+    extra, incumbent, origins = tune.opening_specs(problem, [], 1 << 24, 2, "sm_90", "NVIDIA H100 80GB HBM3")
+    assert incumbent is None and extra == [KernelSpec(problem, default_config(problem, "sm_90"))]
+    assert origins[extra[0]] == "the model's kernel"
+    searched = tune.candidate_specs(problem, 2, "sm_90")
+    assert tune.opening_specs(problem, searched, 1 << 24, 2, "sm_90", "NVIDIA H100 80GB HBM3")[0] == []
+
+
 @pytest.mark.nvcc
 def test_kernels_tuned_on_the_architectures_other_gpu_models_compete(monkeypatch, tmp_path):
     """On one GPU model, the kernel dispatch picks on each other model of the
