@@ -547,7 +547,7 @@ def _work_split(spec: KernelSpec, arith: _Arith, b_name: str) -> list[str]:
             "// on an H200 such copies ran 7 % under those taking chunks (scripts/probe_bandwidth.py);",
             "// on an H100 these kernels ran 3 % (float64) and 7 % (float32) faster taking them.",
         ] if spec.bulk else [
-            "// Chunks taken (Config.ring_takes_chunks, the tuner's choice): after its first, a block",
+            "// Chunks taken (Config.ring_takes_chunks): after its first, a block",
             "// takes each chunk from the item's counter as it gets to it, as the kernels with bulk",
             "// copies do, so the chunks in flight on the whole GPU stay one narrow window of addresses.",
         ]),

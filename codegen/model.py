@@ -55,7 +55,7 @@ WGMMA_M = range(16, 65)
 # float64 ab's cp.async ring on sm_90 takes its chunks from the counters
 # (Config.ring_takes_chunks): on an H100 (2026-11-27, scripts/compare_configs.py) the
 # dispatched ring kernels ran 13 of 14 float64 widths 1.02-1.10x faster so (43: 90.3
-# -> 99.1 % of the copy roofline), 49 at 0.98x; float32's 25 ran 0.71-1.08x (wgmma
+# -> 99.1 % of the copy roofline), 49 at 0.98x; float32's 25 ran 0.71-1.09x (wgmma
 # 0.71-0.91x), so it stays the tuner's choice there (performance.md, fiftieth round).
 RING_TAKES_CHUNKS_DTYPES = ("float64",)
 WGMMA_NARROW_N = 16  # wgmma_config: more warpgroups per SM for out this narrow

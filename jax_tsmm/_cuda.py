@@ -152,7 +152,8 @@ def _kernel_call(*operands, spec, out_aval, conj, alpha=1, beta=0):
         a, c, *y = operands
         operands = (a, expand_complex(c if alpha == 1 else alpha * c, conj), *y)
         alpha = 1
-    # Kernels with bulk copies take chunks of K from a counter per batch item (codegen.abi), zeroed by the handler.
+    # Kernels that take their chunks of K (bulk copies, or Config.ring_takes_chunks) take them from a
+    # counter per batch item (codegen.abi), zeroed by the handler.
     counters = batch if spec.chunk_slots else 0
     results = (jax.ShapeDtypeStruct(out_aval.shape, out_aval.dtype), jax.ShapeDtypeStruct((counters,), np.uint32))
     if not problem.update:
