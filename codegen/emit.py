@@ -723,14 +723,16 @@ def _bulk_pipeline(spec: KernelSpec, consume: list[str], finish: list[str] = (),
     ] if not taken else [
         *place,
         f"if (step >= {s}) tsmm_barrier_wait(&empty[slot], (round - 1) & 1);",
-        f"if (lane == 0) chunk_ring[(step + 1) % {spec.chunk_slots}] = take_chunk();  // the entry of step - {s}, done",
-        "__syncwarp();",
+        "__syncwarp();  // lane 0's entry of this step, taken the step before",
         chunk,
         row0,
         rows,
         "if (chunk < num_chunks) {",
         *["  " + line for line in copies],
         "}",
+        "// The next step's chunk, taken once this step's copies are on their way, so that the",
+        "// atomic's round trip delays only the arrival below (the bytes land later), not them.",
+        f"if (lane == 0) chunk_ring[(step + 1) % {spec.chunk_slots}] = take_chunk();  // the entry of step - {s}, done",
     ]
     staging += [
         "__syncwarp();  // every lane's copies are issued and counted before the arrival",
