@@ -7,7 +7,7 @@ export XLA_PYTHON_CLIENT_ALLOCATOR=platform XLA_PYTHON_CLIENT_PREALLOCATE=false
 status=0
 for tool in memcheck racecheck; do
   echo "== $tool"
-  compute-sanitizer --tool "$tool" --kernel-name kns=tsmm_ --error-exitcode 99 \
+  TSMM_SANITIZE_TOOL=$tool compute-sanitizer --tool "$tool" --kernel-name kns=tsmm_ --error-exitcode 99 \
     python3 "$(dirname "$0")/sanitize_sample.py" || status=1
 done
 exit $status

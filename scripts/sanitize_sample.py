@@ -1,18 +1,20 @@
 """A sample of kernels for compute-sanitizer: each op and dtype, odd and even
 shapes, ragged K, broadcast batches, the tensor-core paths (float32 too),
-complex products through their real view, the fused update and mtsm on the tensor
-cores. Checks results too, so a run that passes the sanitizer but computes
+complex products through their real view, the fused update, chunks of K taken
+from a counter over many steps, and mtsm on the tensor cores. Checks results too, so a run that passes the sanitizer but computes
 garbage still fails. Dispatch follows the model (no tuning database), so every
 case runs a kernel."""
 
+import dataclasses
 import itertools
+import os
 
 import jax
 import numpy as np
 
 import jax_tsmm
 from jax_tsmm import _cuda, _dispatch
-from jax_tsmm.codegen import Config, KernelSpec, MtsmProblem, MtsmSpec, Problem, search
+from jax_tsmm.codegen import Config, KernelSpec, MtsmProblem, MtsmSpec, Problem, default_config, search
 from jax_tsmm.codegen.spec import has_wgmma
 
 jax.config.update("jax_enable_x64", True)
@@ -112,18 +114,42 @@ BULK_CASES = [
                                                  c_source="shared", stage_out=True, stage_copy="bulk", y_in_out=True,
                                                  blocks_per_sm=1))] if has_wgmma(_cuda.arch()) else []),
 ]
-for op, (m, n), dtype, config in BULK_CASES:
+
+
+def check_forced(op, m, n, dtype, config, k):
+    """Run `config` on two batch items of K rows (B and C broadcast) and check the result."""
     update = op == "ab_update"  # V - Q C
-    a = random((2, 1001, m), dtype)
-    b = random((1, 1001, n) if op == "atb" else (1, m, n), dtype)
-    y = random((2, 1001, n), dtype) if update else None
+    a = random((2, k, m), dtype)
+    b = random((1, k, n) if op == "atb" else (1, m, n), dtype)
+    y = random((2, k, n), dtype) if update else None
     with _dispatch.forced(KernelSpec(Problem("ab" if update else op, dtype, m, n, update=update), config)):
         got = (jax_tsmm.atb(a, b) if op == "atb" else jax_tsmm.ab(a, b, out=y, alpha=-1, beta=1) if update
                else jax_tsmm.ab(a, b))
     want = a.swapaxes(-1, -2) @ b if op == "atb" else y - a @ b if update else a @ b
     err = np.abs(np.asarray(got) - want).max() / np.abs(want).max()
-    print(f"{op} {dtype} {m}x{n} K=1001 ({config.mapping}, {config.stage_copy}): relative error {err:.1e}", flush=True)
+    print(f"{op} {dtype} {m}x{n} K={k} ({config.mapping}, {config.stage_copy}"
+          f"{', chunks taken' if config.ring_takes_chunks else ''}): relative error {err:.1e}", flush=True)
     assert err < (1e-12 if dtype in ("float64", "complex128") else 1e-4), err
+
+
+for op, (m, n), dtype, config in BULK_CASES:
+    check_forced(op, m, n, dtype, config, 1001)
+
+# Chunks taken from the batch item's counter over many steps, a dozen or more a block: ab's bulk kernels
+# (the producer warp takes the next chunk after issuing a step's copies), y through out's buffers, wgmma,
+# and the cp.async ring with Config.ring_takes_chunks (the model's choice for float64 on sm_90). Under
+# memcheck alone: racecheck does not see the mbarriers that order a slot's reuse (and chunk_ring's) from
+# one round to the next, and flags every reuse (the bulk copy into a slot, the ragged ends' stores and
+# the taken chunk's store, each against the last round's reads; performance.md, fifty-first round).
+LONG_K_CASES = [case for case in BULK_CASES
+                if case[:3] in {("ab", (33, 33), "float64"), ("ab_update", (33, 33), "float64"),
+                                ("ab", (41, 41), "float32")}] + [
+    ("ab", (37, 29), "float64",
+     dataclasses.replace(default_config(Problem("ab", "float64", 37, 29), _cuda.arch()), ring_takes_chunks=True)),
+]
+if os.environ.get("TSMM_SANITIZE_TOOL") != "racecheck":
+    for op, (m, n), dtype, config in LONG_K_CASES:
+        check_forced(op, m, n, dtype, config, 100_003)
 
 # mtsm on the tensor cores: 3xTF32 on mma.sync, and on wgmma (sm_90a) with a chunk's products in flight
 # while the block splits the next chunk of X; both layouts, M off the row blocks, K off the chunks and
