@@ -887,6 +887,29 @@ def test_fused_update_stages_y_in_out_buffers(dtype, m, n):
         validate(KernelSpec(Problem("ab", dtype, m, n), found[0]))
 
 
+@pytest.mark.parametrize("problem, config", [
+    (Problem("ab", "float64", 52, 52), Config(tile_m=5, tile_n=2, mapping="blocked", row_groups=2, rows_per_stage=80,
+                                              stages=2, c_source="global", mma=True, stage_out=True,
+                                              stage_copy="bulk", blocks_per_sm=1)),
+    (Problem("ab", "float64", 33, 33, update=True),
+     Config(tile_m=2, tile_n=2, mapping="blocked", row_groups=2, rows_per_stage=64, c_source="global", mma=True,
+            stage_out=True, stage_copy="bulk", y_in_out=True, blocks_per_sm=1)),
+    (Problem("ab", "float32", 41, 41), _wgmma_config(41, stage_out=True, stage_copy="bulk")),
+])
+def test_bulk_producer_issues_copies_before_taking_the_next_chunk(problem, config):
+    """ab's producer warp issues a step's bulk copies, then takes the next step's chunk
+    from the counter (an atomic's round trip), then arrives on the slot's barrier, which
+    publishes that chunk to the consumers (and to the thread staging y into out's
+    buffers): the copies never wait for the atomic (performance.md, fifty-first round)."""
+    source = kernel_source(KernelSpec(problem, config))
+    producer = source[source.index("// Producer warp"):source.index("} else {", source.index("// Producer warp"))]
+    copies = [m.start() for m in re.finditer(r"tsmm_bulk_stage\(", producer)]
+    take = producer.index("= take_chunk();")
+    arrive = producer.index("tsmm_barrier_arrive(&full[slot]);")
+    assert copies and max(copies) < take < arrive
+    assert producer.index("tsmm_barrier_wait(&empty[slot]") < min(copies)
+
+
 def test_the_update_carries_plain_abs_bulk_kernel_with_y_in_out_buffers_where_beside_a_does_not_fit():
     """complex64 53's real view (106 wide) on plain ab's wgmma kernel with bulk copies:
     y beside A would need 263 352 bytes of shared memory; carried to the update, the
