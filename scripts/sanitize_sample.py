@@ -1,9 +1,9 @@
 """A sample of kernels for compute-sanitizer: each op and dtype, odd and even
 shapes, ragged K, broadcast batches, the tensor-core paths (float32 too),
 complex products through their real view, the fused update, chunks of K taken
-from a counter over many steps, and mtsm on the tensor cores. Checks results too, so a run that passes the sanitizer but computes
-garbage still fails. Dispatch follows the model (no tuning database), so every
-case runs a kernel."""
+from a counter over many steps, and mtsm on the tensor cores. Checks results
+too, so a run that passes the sanitizer but computes garbage still fails.
+Dispatch follows the model (no tuning database), so every case runs a kernel."""
 
 import dataclasses
 import itertools
