@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
+import pathlib
+import shlex
 
 import pytest
 
@@ -82,3 +84,14 @@ def test_the_command_prints_the_choice_for_a_named_gpu(database, capsys):
     assert "(the architecture's database): kernel tsmm_ab_float32_m8_n36_" in line and "generator's model" in line
     explain.main(["mtsm", "float32", "4096", "3", "--k", "2048", "--transpose-a", "--device", ""])
     assert capsys.readouterr().out.startswith("Aᵀ X, A 2048 x 4096, N = 3, float32")
+
+
+def test_the_readme_example_prints_what_the_readme_shows(capsys):
+    """The README's example, run on the shipped files, prints the README's text
+    (wrapped there): a changed database or rule shows up here, not in a reader's run."""
+    readme = (pathlib.Path(__file__).resolve().parent.parent / "README.md").read_text()
+    _, _, rest = readme.partition("$ python -m jax_tsmm.explain ")
+    assert rest, "the README shows no explain example"
+    args, _, shown = rest.partition("\n")
+    explain.main(shlex.split(args))
+    assert capsys.readouterr().out.split() == shown.partition("```")[0].split()
