@@ -299,9 +299,8 @@ def default_config(problem: Problem, arch: str = "") -> Config:
     """A valid configuration for ``problem`` from the model above, for GPUs of ``arch``
     (empty: any from sm_80, as the prebuilt set is built; "sm_90" may get wgmma)."""
     config = _model_config(problem, arch)
-    spec = KernelSpec(problem, config)
-    if (problem.op == "ab" and problem.dtype in RING_TAKES_CHUNKS_DTYPES and arch and has_bulk_copies(arch)
-            and not spec.bulk and not spec.flat):
+    if (problem.dtype in RING_TAKES_CHUNKS_DTYPES and arch and has_bulk_copies(arch)
+            and KernelSpec(problem, config).ab_ring):
         return dataclasses.replace(config, ring_takes_chunks=True)
     return config
 

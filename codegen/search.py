@@ -406,7 +406,7 @@ def neighbours(problem: Problem, config: Config, arch: str = "sm_90") -> list[Co
                           ring_takes_chunks=False))
         if problem.update and c.stage_copy == "bulk":  # nor whether y's one chunk ahead keeps up
             steps.append(dict(y_in_out=not c.y_in_out))
-    if problem.op == "ab" and c.mapping != "flat" and not start.bulk:
+    if start.ab_ring:
         steps.append(dict(ring_takes_chunks=not c.ring_takes_chunks))  # which pays has no model (Config)
     if c.mma and problem.op == "atb":  # the edges the other way, the warp tile trimmed to the core
         edged = dataclasses.replace(c, fma_edges=not c.fma_edges)

@@ -366,6 +366,12 @@ class KernelSpec:
         return self.config.stage_copy in ("bulk", "bulk_inline")
 
     @property
+    def ab_ring(self) -> bool:
+        """ab staged through the cp.async ring (neither bulk copies, which always take
+        their chunks, nor the flat walk): where Config.ring_takes_chunks applies."""
+        return self.problem.op == "ab" and not self.flat and not self.bulk
+
+    @property
     def producer_warp(self) -> bool:
         """Whether a warp of its own issues the bulk copies (Config.stage_copy "bulk")."""
         return self.config.stage_copy == "bulk"
@@ -794,7 +800,7 @@ def validate(spec: KernelSpec) -> None:
     if c.stage_copy == "bulk_inline" and p.op != "atb":
         errors.append("bulk_inline serves atb only (ab's bulk pipeline keeps its producer warp)")
         raise InvalidSpec("; ".join(errors), spec)
-    if c.ring_takes_chunks and not (p.op == "ab" and not spec.flat and not spec.bulk):
+    if c.ring_takes_chunks and not spec.ab_ring:
         errors.append("ring_takes_chunks serves ab with the cp.async ring (bulk copies always take their chunks)")
         raise InvalidSpec("; ".join(errors), spec)
     if c.y_in_out and not (p.update and c.stage_out and spec.bulk):
