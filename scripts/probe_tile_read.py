@@ -14,10 +14,12 @@ one of two matrices in turn (together larger than L2).
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 
 import cupy as cp
-import numpy as np
+
+from probe_bandwidth import time_launch  # scripts/ is the path's first entry when run as a script
 
 SOURCE = r"""
 #define MAGIC 0x7ff4a5a5c3c3e1e1ull
@@ -61,19 +63,10 @@ __global__ void read_tiles(const uint4* a, long long row_vectors, long long step
 TILES = [(r, 32768 // r) for r in (256, 128, 64, 32, 16, 8)] + [(r, 8192 // r) for r in (64, 32, 16, 8, 4)]
 
 
-def time_launches(launches, repeats: int = 20) -> float:
-    """Median seconds of `repeats` launches (cycling through `launches`) after a warm-up."""
-    start, stop = cp.cuda.Event(), cp.cuda.Event()
-    for launch in launches:
-        launch()
-    times = []
-    for i in range(repeats):
-        start.record()
-        launches[i % len(launches)]()
-        stop.record()
-        stop.synchronize()
-        times.append(cp.cuda.get_elapsed_time(start, stop) / 1e3)
-    return float(np.median(times))
+def time_launches(launches) -> float:
+    """probe_bandwidth's median of timed launches, each on the next of `launches` in turn."""
+    turn = itertools.cycle(launches)
+    return time_launch(lambda: next(turn)())
 
 
 def main() -> None:
