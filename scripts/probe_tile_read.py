@@ -94,10 +94,13 @@ def main() -> None:
     for (r, s), name in zip(TILES, names[1:]):
         kernel = module.get_function(name)
         row_blocks, steps = m // r, k * 4 // s
+        grids = []
         for waves in (1, 4):  # about 8 blocks of 256 threads per SM
             splits = max(1, min(steps, round(waves * 8 * sms / row_blocks)))
             while steps % splits:
                 splits -= 1
+            grids.append(splits)
+        for splits in dict.fromkeys(grids):  # few-row tiles may fill both grids unsplit: time it once
             launches = [lambda a=a, g=(row_blocks, splits): kernel(g, (256,), (a, row_vectors, steps // splits, sink))
                         for a in mats]
             record(f"tiles {r} rows x {s} B, {row_blocks} x {splits} blocks", time_launches(launches))
