@@ -3,7 +3,7 @@
     python3 scripts/compare_configs.py atb:float64:58:58 ab:float64:7:7 \
         --vary stage_copy=vector,element [--vary blocks_per_sm=1,2] [--k 65536] [--flat | --tuned] \
         [--loop-seconds 0.3] [--json out.json]
-    python3 scripts/compare_configs.py mtsm:float32:16384:16 --tuned --vary stages=2,3,4
+    python3 scripts/compare_configs.py mtsm:float32:16384:16 --tuned --vary stages=2,3,4 [--splits model,4,8,16]
 
 For each shape (op:dtype:M:N; op atb, ab or ab_update; or mtsm:dtype:SIZE:N and
 mtsm_t:dtype:SIZE:N, M = K = SIZE, or mtsm[_t]:dtype:MxK:N) the model's configuration
@@ -13,7 +13,9 @@ the model's where dispatch takes XLA's dot) is timed with every
 combination of the varied Config (MtsmConfig) fields, on the bench's inputs (tall matrices
 of 1 GiB unless --k is given; mtsm's tuner inputs) and with the bench's loops,
 then XLA's dot once on the same inputs. Variants that fail validation or do
-not compile are reported and skipped. The predict-change-measure step of
+not compile are reported and skipped. mtsm's variants are timed at each of
+``--splits`` (blocks along K; "model" is the lowering's own choice, the
+default) in place of the lowering's choice. The predict-change-measure step of
 tuning by hand; the tuner (jax_tsmm.tune) searches the space.
 """
 
@@ -21,8 +23,10 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import contextlib
 import itertools
 import json
+from unittest import mock
 
 import jax
 import numpy as np
@@ -88,6 +92,13 @@ def _mtsm_shape(shape: str, args, ceilings: dict):
     return k, base, spec_of, sets, roof, bench.mtsm_operations(problem.transpose_a)
 
 
+def _splits_fixed(splits: str):
+    """mtsm's lowering at ``splits`` blocks along K in place of its model's choice."""
+    if splits == "model":
+        return contextlib.nullcontext()
+    return mock.patch.object(_mtsm.mtsm_codegen, "splits", lambda *_: int(splits))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("shapes", nargs="+", help="op:dtype:M:N, or mtsm[_t]:dtype:SIZE:N or mtsm[_t]:dtype:MxK:N")
@@ -98,6 +109,8 @@ def main() -> None:
     parser.add_argument("--tuned", action="store_true",
                         help="vary the kernel dispatch serves (the model's where it takes XLA's dot)")
     bench.add_loop_seconds_option(parser)
+    parser.add_argument("--splits", default="model",
+                        help="mtsm: S1,S2,... splits of K to time each variant at ('model': the lowering's)")
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
     bench.set_loop_seconds(args.loop_seconds)
@@ -121,10 +134,11 @@ def main() -> None:
                 print(f"{shape} {values}: invalid: {error}", flush=True)
         specs = _kernels.compilable(specs, _cuda.arch())
         xla_s = bench.seconds_per_call(xla, sets, roof, updates_last=in_place)
-        for spec in specs:
-            with _dispatch.forced(spec):
+        splits = args.splits.split(",") if op in bench.MTSM_OPS else ["model"]
+        for spec, split in itertools.product(specs, splits):
+            with _dispatch.forced(spec), _splits_fixed(split):
                 seconds = bench.seconds_per_call(ours, sets, roof, updates_last=in_place)
-            variant = {f: getattr(spec.config, f) for f, _ in varied}
+            variant = {f: getattr(spec.config, f) for f, _ in varied} | ({"splits": split} if split != "model" else {})
             rows.append({"shape": shape, "K": k, "variant": variant, "config": dataclasses.asdict(spec.config),
                          "tsmm_s": seconds, "tsmm_pct": 100 * roof / seconds,
                          "xla_s": xla_s, "xla_pct": 100 * roof / xla_s})
