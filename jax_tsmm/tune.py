@@ -27,7 +27,9 @@ run keeps its finished ranges and resumes past finished problems (``--again``
 tunes them anew, e.g. after new kernel options).
 ``--device-db`` writes the file of this GPU model instead
 (``<arch>.<model>.json``, e.g. ``sm_90.NVIDIA_H200.json``), whose entries
-dispatch prefers, key by key, on that model.
+dispatch prefers, key by key, on that model; on the model the architecture's
+file was tuned on, that file (``database_file``). Without it a run on another
+model than that one is refused rather than mixed into its file.
 
 ``--from-bench`` records the measurements of ``python -m jax_tsmm.bench --model``
 runs (the model's kernel against XLA on the same inputs, its K-sweep too) as
@@ -481,6 +483,23 @@ def _tuned_ranges(entries: list[dict], table=None) -> set[int]:
     return {range_index(entry, table) for entry in entries if not entry.get("source", "").startswith("bench")}
 
 
+def database_file(arch: str, device: str, of_model: bool) -> pathlib.Path:
+    """The database a run on the GPU model ``device`` writes. ``of_model``
+    (``--device-db``): the model's own file, or the architecture's where that was
+    tuned on this model (a file of its own would shadow those entries key by key,
+    from each key's lowest range up). Otherwise the architecture's file, which
+    names the model it was tuned on: results of another model would be mixed into
+    it under that model's name and ceilings, so that is refused."""
+    shared = _dispatch.database_path(arch)
+    tuned_on = json.loads(shared.read_text()).get("device", "") if shared.exists() else ""
+    if tuned_on in ("", device):
+        return shared
+    if of_model:
+        return _dispatch.database_path(arch, device)
+    raise SystemExit(f"{shared.name} was tuned on an {tuned_on}, this is an {device}: pass --device-db "
+                     "to write the file of this GPU model (or --db PATH)")
+
+
 def _save(path: pathlib.Path, db: dict) -> None:
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(db, indent=1, sort_keys=True))
@@ -515,16 +534,19 @@ def main(argv=None) -> None:
     bench.add_loop_seconds_option(parser)
     parser.add_argument("--device-db", action="store_true",
                         help="write the database of the GPU model (this GPU's, or the bench reports'), "
-                             "whose entries for a key serve from their lowest K range up")
+                             "whose entries for a key serve from their lowest K range up: the architecture's "
+                             "file where that was tuned on this model")
     args = parser.parse_args(argv)
     bench.set_loop_seconds(args.loop_seconds)
     if args.from_bench:
         reports = [json.loads(p.read_text()) for p in args.from_bench]
         devices = {report["device"] for report in reports}
-        if args.device_db and len(devices) != 1:
-            raise SystemExit(f"--device-db takes reports of one GPU model, got {sorted(devices)}")
-        path = args.db or _dispatch.database_path("sm_90", devices.pop() if args.device_db else "")
+        if len(devices) != 1 and not args.db:
+            raise SystemExit(f"the reports are of several GPU models, {sorted(devices)}: record each model's apart")
+        path = args.db or database_file("sm_90", min(devices), args.device_db)
         db = json.loads(path.read_text()) if path.exists() else {"entries": {}}
+        if not args.db:
+            db.setdefault("device", min(devices))  # the model a new file's entries were measured on
         for key, entries in entries_from_bench(reports).items():
             old = db["entries"].get(key, [])
             if not _tuned_ranges(old):  # tuned entries stay; newer bench rows replace their K range's
@@ -534,7 +556,7 @@ def main(argv=None) -> None:
         return
     if args.xla_aligned_from:
         reports = [json.loads(p.read_text()) for p in args.xla_aligned_from]
-        path = args.db or _dispatch.database_path("sm_90", reports[0]["device"] if args.device_db else "")
+        path = args.db or database_file("sm_90", reports[0]["device"], args.device_db)
         db = json.loads(path.read_text())
         marked, elsewhere = mark_aligned_xla_wins(reports, db["entries"])
         print(f"XLA faster at a power-of-two K, recorded: {', '.join(marked) or 'nowhere'}")
@@ -564,7 +586,7 @@ def main(argv=None) -> None:
     if not _cuda.register_targets():
         raise SystemExit("jax_tsmm.tune needs a GPU and the CUDA extension")
     arch, device = _cuda.arch(), _cuda.device_kind()
-    path = args.db or _dispatch.database_path(arch, device if args.device_db else "")
+    path = args.db or database_file(arch, device, args.device_db)
     path.parent.mkdir(parents=True, exist_ok=True)
     db = json.loads(path.read_text()) if path.exists() else {"entries": {}}
     ceilings = bench.measure_ceilings()

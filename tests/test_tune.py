@@ -403,6 +403,37 @@ def test_entries_from_bench():
     assert np.all([e["source"] == "bench GPU 2026-11-22" for v in entries.values() for e in v])
 
 
+def test_each_gpu_model_writes_its_own_file(monkeypatch, tmp_path):
+    """--device-db writes the model's file, or the architecture's where that was
+    tuned on this model; without it a run on another model than the architecture
+    file's is refused (its entries would pass for that model's), while an
+    untuned architecture file takes any model's."""
+    monkeypatch.setattr(_dispatch, "TUNING_DIR", tmp_path)
+    shared = _dispatch.database_path("sm_90")
+    assert tune.database_file("sm_90", "NVIDIA H200", of_model=False) == shared
+    assert tune.database_file("sm_90", "NVIDIA H200", of_model=True) == shared
+    shared.write_text(json.dumps({"device": "NVIDIA H100 80GB HBM3", "entries": {}}))
+    assert tune.database_file("sm_90", "NVIDIA H100 80GB HBM3", of_model=True) == shared
+    assert tune.database_file("sm_90", "NVIDIA H100 80GB HBM3", of_model=False) == shared
+    assert tune.database_file("sm_90", "NVIDIA H200", of_model=True) == tmp_path / "sm_90.NVIDIA_H200.json"
+    with pytest.raises(SystemExit, match="tuned on an NVIDIA H100 80GB HBM3, this is an NVIDIA H200"):
+        tune.database_file("sm_90", "NVIDIA H200", of_model=False)
+
+
+def test_from_bench_records_one_gpu_model_at_a_time(monkeypatch, tmp_path):
+    """Bench reports of several GPU models go to no file at once; one model's new
+    file names the model, so that the tuner times its winners on the others."""
+    monkeypatch.setattr(_dispatch, "TUNING_DIR", tmp_path)
+    for name, device in (("a.json", "NVIDIA H200"), ("b.json", "NVIDIA H100 80GB HBM3")):
+        (tmp_path / name).write_text(json.dumps({"device": device, "date": "2026-11-28", "rows": []}))
+    with pytest.raises(SystemExit, match="several GPU models"):
+        tune.main(["--from-bench", str(tmp_path / "a.json"), str(tmp_path / "b.json"), "--device-db"])
+    _dispatch.database_path("sm_90").write_text(json.dumps({"device": "NVIDIA H100 80GB HBM3", "entries": {}}))
+    tune.main(["--from-bench", str(tmp_path / "a.json"), "--device-db"])
+    assert json.loads((tmp_path / "sm_90.NVIDIA_H200.json").read_text()) == {"device": "NVIDIA H200", "entries": {}}
+    assert _dispatch.other_models("sm_90", "NVIDIA H100 80GB HBM3") == ["NVIDIA H200"]
+
+
 def test_from_bench_replaces_only_the_k_ranges_it_measured(tmp_path):
     config = dataclasses.asdict(default_config(Problem("atb", "float64", 7, 5)))
     report = {"device": "GPU", "date": "2026-11-22",
