@@ -541,12 +541,15 @@ def main(argv=None) -> None:
     if args.from_bench:
         reports = [json.loads(p.read_text()) for p in args.from_bench]
         devices = {report["device"] for report in reports}
-        if len(devices) != 1 and not args.db:
+        if args.db:
+            path = args.db
+        elif len(devices) == 1:
+            path = database_file("sm_90", next(iter(devices)), args.device_db)
+        else:
             raise SystemExit(f"the reports are of several GPU models, {sorted(devices)}: record each model's apart")
-        path = args.db or database_file("sm_90", min(devices), args.device_db)
         db = json.loads(path.read_text()) if path.exists() else {"entries": {}}
         if not args.db:
-            db.setdefault("device", min(devices))  # the model a new file's entries were measured on
+            db.setdefault("device", next(iter(devices)))  # the model a new file's entries were measured on
         for key, entries in entries_from_bench(reports).items():
             old = db["entries"].get(key, [])
             if not _tuned_ranges(old):  # tuned entries stay; newer bench rows replace their K range's

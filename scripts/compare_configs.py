@@ -22,8 +22,8 @@ tuning by hand; the tuner (jax_tsmm.tune) searches the space.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import contextlib
+import dataclasses
 import itertools
 import json
 from unittest import mock
