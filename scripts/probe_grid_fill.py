@@ -27,11 +27,11 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import json
 
 import cupy as cp
 
 from probe_bandwidth import time_launch  # scripts/ is the path's first entry when run as a script
+from probe_tile_read import save_report, time_launches
 
 SOURCE = r"""
 #define MAGIC 0x7ff4a5a5c3c3e1e1ull
@@ -126,7 +126,7 @@ def main() -> None:
     row_blocks, steps = m // ROWS, k * 4 // STEP_BYTES
     sink = cp.zeros(1, dtype=cp.uint64)
     sms = cp.cuda.Device().attributes["MultiProcessorCount"]
-    splits = max(1, sms // row_blocks)  # the whole splits that fit one wave, as dispatch's model picks at 8192
+    splits = max(1, min(steps, sms // row_blocks))  # the whole splits that fit one wave, as dispatch's model picks at 8192
     variants = {
         f"tiles, {row_blocks} row blocks x {splits} splits ({row_blocks * splits} blocks)":
             lambda a: split((row_blocks, splits), (256,), (a, row_vectors, steps // splits, sink)),
@@ -143,14 +143,12 @@ def main() -> None:
     rows = []
     for label, launch in variants.items():
         launches = [lambda a=a: launch(a) for a in mats]
-        single, looped = time_launch(lambda turn=itertools.cycle(launches): next(turn)()), time_back_to_back(launches)
+        single, looped = time_launches(launches), time_back_to_back(launches)
         rows.append({"variant": label, "single_s": single, "back_to_back_s": looped})
         print(f"{label:<48} single {single * 1e6:7.1f} us {nbytes / single / 1e9:6.0f} GB/s   "
               f"back to back {looped * 1e6:7.1f} us {nbytes / looped / 1e9:6.0f} GB/s", flush=True)
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"device": cp.cuda.runtime.getDeviceProperties(0)["name"].decode(), "size": m, "rows": rows},
-                      f, indent=1)
+        save_report(args.json, m, rows)
 
 
 if __name__ == "__main__":

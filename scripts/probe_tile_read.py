@@ -69,6 +69,13 @@ def time_launches(launches) -> float:
     return time_launch(lambda: next(turn)())
 
 
+def save_report(path: str, size: int, rows: list[dict]) -> None:
+    """The rows of a run at M = K = ``size`` as JSON, naming the GPU."""
+    with open(path, "w") as f:
+        json.dump({"device": cp.cuda.runtime.getDeviceProperties(0)["name"].decode(), "size": size, "rows": rows},
+                  f, indent=1)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--size", type=int, default=8192, help="M = K of the float32 matrix")
@@ -105,9 +112,7 @@ def main() -> None:
                         for a in mats]
             record(f"tiles {r} rows x {s} B, {row_blocks} x {splits} blocks", time_launches(launches))
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"device": cp.cuda.runtime.getDeviceProperties(0)["name"].decode(), "size": m, "rows": rows},
-                      f, indent=1)
+        save_report(args.json, m, rows)
 
 
 if __name__ == "__main__":
