@@ -126,7 +126,8 @@ def main() -> None:
     row_blocks, steps = m // ROWS, k * 4 // STEP_BYTES
     sink = cp.zeros(1, dtype=cp.uint64)
     sms = cp.cuda.Device().attributes["MultiProcessorCount"]
-    splits = max(1, min(steps, sms // row_blocks))  # the whole splits that fit one wave, as dispatch's model picks at 8192
+    # The whole splits that fit one wave, as dispatch's model picks at 8192.
+    splits = max(1, min(steps, sms // row_blocks))
     variants = {
         f"tiles, {row_blocks} row blocks x {splits} splits ({row_blocks * splits} blocks)":
             lambda a: split((row_blocks, splits), (256,), (a, row_vectors, steps // splits, sink)),
