@@ -30,14 +30,10 @@ import itertools
 
 import cupy as cp
 
-from probe_bandwidth import time_launch  # scripts/ is the path's first entry when run as a script
+from probe_bandwidth import FOLD, time_launch  # scripts/ is the path's first entry when run as a script
 from probe_tile_read import save_report, time_launches
 
-SOURCE = r"""
-#define MAGIC 0x7ff4a5a5c3c3e1e1ull
-__device__ __forceinline__ unsigned long long fold(uint4 v) {
-  return (((unsigned long long)v.y << 32) | v.x) ^ (((unsigned long long)v.w << 32) | v.z);
-}
+SOURCE = FOLD + r"""
 // One step: the R rows x SV vectors of row block `rb` at step `s`, all loads in flight.
 template <int R, int SV>
 __device__ __forceinline__ unsigned long long read_step(const uint4* a, long long row_vectors, long long rb,

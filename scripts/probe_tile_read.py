@@ -19,13 +19,9 @@ import json
 
 import cupy as cp
 
-from probe_bandwidth import time_launch  # scripts/ is the path's first entry when run as a script
+from probe_bandwidth import FOLD, time_launch  # scripts/ is the path's first entry when run as a script
 
-SOURCE = r"""
-#define MAGIC 0x7ff4a5a5c3c3e1e1ull
-__device__ __forceinline__ unsigned long long fold(uint4 v) {
-  return (((unsigned long long)v.y << 32) | v.x) ^ (((unsigned long long)v.w << 32) | v.z);
-}
+SOURCE = FOLD + r"""
 // Linear: each thread reads PER vectors blockDim apart, all in flight.
 template <int PER>
 __global__ void read_linear(const uint4* x, long long n, unsigned long long* sink) {
