@@ -958,7 +958,10 @@ def test_neighbours_are_valid_one_step_moves(problem):
     movable = {"rows_per_stage", "row_groups", "stages", "blocks_per_sm", "tile_m", "tile_n", "fma_edges", "padded",
                "stage_copy", "ring_takes_chunks"}
     for config in moves:
-        validate(KernelSpec(problem, config))
+        spec = KernelSpec(problem, config)
+        validate(spec)
+        if _covers_blocks_on_even_partitions(spec) and config.row_groups != start.row_groups:
+            continue  # a balanced tile (_balanced_tiles): its own test
         changed = {f for f in movable | set(dataclasses.asdict(start)) if getattr(config, f) != getattr(start, f)}
         assert changed <= movable
         if "fma_edges" in changed:  # the warp tile at most trimmed to the core's blocks
@@ -981,6 +984,32 @@ def test_neighbours_are_valid_one_step_moves(problem):
         if "blocks_per_sm" in changed and len(changed) > 1:  # the most that fit after another step
             assert config.blocks_per_sm < start.blocks_per_sm
             assert not _usable(KernelSpec(problem, dataclasses.replace(config, blocks_per_sm=config.blocks_per_sm + 1)))
+
+
+def _covers_blocks_on_even_partitions(spec: KernelSpec) -> bool:
+    """An atb tensor-core tile whose warps cover the blocks with none padded, as many on
+    each of an SM's four sub-partitions, in one block per SM."""
+    p, c = spec.problem, spec.config
+    return (c.mma and p.op == "atb" and c.blocks_per_sm == 1
+            and (spec.tiles_m * spec.tiles_n * c.row_groups) % 4 == 0
+            and all(spec.mma_blocks(w) % t == 0 for w, t in ((p.m, c.tile_m), (p.n, c.tile_n))))
+
+
+def test_neighbours_of_a_padded_tf32_atb_tile_spread_exact_tiles_over_the_sub_partitions():
+    """complex64 atb 34's real view (68x68, 9x9 blocks of 8) from the 5x5 tiles in 2 row
+    groups it was tuned to (8 warps, 52 tensor steps per k-step over 10x10 blocks): one
+    step reaches 9x3 and 3x9 tiles in 4 row groups (12 warps, 42 steps), at the stage's
+    rows, with bulk copies from the producer warp and inline; 3x3 tiles (9 warps, 45
+    steps) would need 36 warps to spread evenly."""
+    problem = Problem("atb", "float32", 68, 68)
+    start = Config(tile_m=5, tile_n=5, mapping="blocked", row_groups=2, rows_per_stage=160, stages=2, unroll=2,
+                   mma=True, tf32x3=True, c_source="shared", stage_copy="bulk", blocks_per_sm=1)
+    balanced = [c for c in neighbours(problem, start, "sm_90") if c.row_groups == 4]
+    assert {(c.tile_m, c.tile_n, c.stage_copy) for c in balanced} == {
+        (tile_m, tile_n, copy) for tile_m, tile_n in ((9, 3), (3, 9)) for copy in ("bulk", "bulk_inline")}
+    for config in balanced:
+        assert _covers_blocks_on_even_partitions(KernelSpec(problem, config))
+        assert config.rows_per_stage == 128 and not config.lone_transposed
 
 
 def test_neighbours_of_a_padded_dmma_atb_tile_cover_the_blocks_exactly():
