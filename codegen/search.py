@@ -442,9 +442,10 @@ def _balanced_tiles(problem: Problem, c: Config) -> list[Config]:
     of 9x9 blocks) ran 9x3 tiles in 4 row groups (12 warps, 42 steps) at 91-97 % of
     roofline, against 75-87 % for 5x5 tiles in 2 (8 warps, 52 steps over 10x10
     blocks) and at most 80-83 % for 9x3 in 2 or 3 (6 or 9 warps: a sub-partition
-    takes 2 or 3 tiles where others take 1 or 2). Their registers are not judged by the estimate,
-    which those 9x3 tiles exceed (196 against the 168 of 12 warps; ptxas fitted them
-    with no spills, 4x7 tiles at 196 with 164 bytes): the timing judges them."""
+    takes 2 or 3 tiles where others take 1 or 2). Their registers are not judged by
+    the estimate, which those 9x3 tiles exceed (196 against the 168 of 12 warps;
+    ptxas fitted them with no spills, 4x7 tiles at 196 with 164 bytes): the timing
+    judges them."""
     start = KernelSpec(problem, c)
     blocks_m, blocks_n = start.mma_blocks(problem.m), start.mma_blocks(problem.n)
     most = LARGE_TILE_BLOCKS if c.tf32x3 else TILE_BLOCKS
