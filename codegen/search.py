@@ -10,8 +10,7 @@ import itertools
 import math
 
 from . import mtsm
-from .model import (SM_REGISTERS, SM_SHARED_BYTES, SM_THREADS, _split, default_config, is_valid, occupancy_ok,
-                    wgmma_config)
+from .model import SM_REGISTERS, SM_THREADS, _split, default_config, is_valid, occupancy_ok, wgmma_config
 from .mtsm import MtsmConfig, MtsmProblem, MtsmSpec
 from .spec import (FLAT_MAX_M, MAX_REGISTERS, MAX_THREADS, MMA_DTYPES, VECTOR_BYTES, Config, InvalidSpec,
                    KernelSpec, Problem, has_bulk_copies, has_wgmma)
@@ -442,10 +441,11 @@ def _balanced_tiles(problem: Problem, c: Config) -> list[Config]:
     of 9x9 blocks) ran 9x3 tiles in 4 row groups (12 warps, 42 steps) at 91-97 % of
     roofline, against 75-87 % for 5x5 tiles in 2 (8 warps, 52 steps over 10x10
     blocks) and at most 80-83 % for 9x3 in 2 or 3 (6 or 9 warps: a sub-partition
-    takes 2 or 3 tiles where others take 1 or 2). Their registers are not judged by
-    the estimate, which those 9x3 tiles exceed (196 against the 168 of 12 warps;
-    ptxas fitted them with no spills, 4x7 tiles at 196 with 164 bytes): the timing
-    judges them."""
+    takes 2 or 3 tiles where others take 1 or 2). Validity alone admits them (one
+    block, at least 4 warps): their registers are not judged by the estimate, which
+    those 9x3 tiles exceed (196 against the 168 of 12 warps; ptxas fitted them with
+    no spills, 4x7 tiles at 196 with 164 bytes), but by ptxas (the tuner skips what
+    it refuses to compile) and the timing."""
     start = KernelSpec(problem, c)
     blocks_m, blocks_n = start.mma_blocks(problem.m), start.mma_blocks(problem.n)
     most = LARGE_TILE_BLOCKS if c.tf32x3 else TILE_BLOCKS
@@ -461,15 +461,9 @@ def _balanced_tiles(problem: Problem, c: Config) -> list[Config]:
         moved = dataclasses.replace(moved, rows_per_stage=max(rows, round(c.rows_per_stage / rows) * rows))
         variants = [moved] + ([dataclasses.replace(moved, stage_copy="bulk_inline")] if c.stage_copy == "bulk" else [])
         steps = warps * _dmma_steps(tile_m, tile_n, True)
-        ranked += [(steps, v) for v in variants if _fits_trimmed(KernelSpec(problem, v))]
+        ranked += [(steps, v) for v in variants if is_valid(KernelSpec(problem, v))]
     fewest = min((steps for steps, _ in ranked), default=None)
     return [v for steps, v in ranked if steps == fewest]
-
-
-def _fits_trimmed(spec: KernelSpec) -> bool:
-    """Valid, and one block fits an SM's threads and shared memory: its registers as
-    nvcc trims them to the launch bound."""
-    return is_valid(spec) and 64 <= spec.threads <= SM_THREADS and spec.shared_bytes <= SM_SHARED_BYTES
 
 
 def _divisors(blocks: int) -> list[int]:
