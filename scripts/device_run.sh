@@ -10,7 +10,7 @@
 # (scripts/clocks_under_load.py: SM clock and power while each shape runs for seconds), bench ARGS (repeatable),
 # compare ARGS (repeatable; scripts/compare_configs.py), tune ARGS, profile SHAPES
 # and profile_xla SHAPES (Nsight Compute, with the pipes' utilization and the
-# instruction mix; scripts/profile_kernels.py; PROFILE_MODEL=1: the model's kernels), durations
+# instruction mix; scripts/profile_kernels.py), durations
 # SHAPES (each of our kernels' time on the GPU alone, by Nsight Compute), jit_timing
 # SHAPES (scripts/jit_timing.py: the bench's timing against plain jitted calls), batched
 # SHAPES [--k K] [--batch B] (scripts/batched_timing.py: atb and ab under vmap).
@@ -78,7 +78,6 @@ for item in "$@"; do
       # JAX does not preallocate there: ncu's replay saves and restores the device memory a kernel writes
       filter=regex:tsmm_; flags=""
       [ $name = profile_xla ] && { filter="regex:gemm|gemv|dot|cutlass|xmma"; flags=--xla; }
-      [ -n "${PROFILE_MODEL:-}" ] && flags="$flags --model"
       for shape in $args; do
         step "${name}_${shape//:/_}" env XLA_PYTHON_CLIENT_PREALLOCATE=false timeout 120 ncu --clock-control none --kernel-name "$filter" \
           --section SpeedOfLight --section MemoryWorkloadAnalysis --section ComputeWorkloadAnalysis \
