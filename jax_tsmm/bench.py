@@ -251,26 +251,29 @@ def operand_sets(op: str, dtype, m: int, n: int, k: int, seed: int, batch: tuple
     return [tuple(_random(next(keys), shape, dtype) for shape in shapes) for _ in range(count)]
 
 
-def timed_kernel(op: str, dtype, m: int, n: int, k: int):
-    """The kernel a call of this shape runs, or None for XLA's dot."""
+def timed_kernel(op: str, dtype, m: int, n: int, k: int, device: str | None = None):
+    """The kernel a call of this shape runs on this GPU (or the GPU model ``device``
+    names), or None for XLA's dot."""
     problem = _dispatch.named_problem(op, dtype, m, n)
-    return _dispatch.select(problem.op, dtype, m, n, k, 0, False, _cuda.arch(), _cuda.device_kind(),
-                            update=problem.update)
+    device = _cuda.device_kind() if device is None else device
+    return _dispatch.select(problem.op, dtype, m, n, k, 0, False, _cuda.arch(), device, update=problem.update)
 
 
 def kernels_to_time(ops, dtypes, shapes, sweep_widths, sweep_ks, model: bool,
-                    mtsm_sizes=MTSM_SIZES, mtsm_widths=MTSM_WIDTHS) -> list:
+                    mtsm_sizes=MTSM_SIZES, mtsm_widths=MTSM_WIDTHS, device: str | None = None) -> list:
     """Every kernel a run of these rows, K sweep (empty ``sweep_widths``: none) and,
     with op "mtsm", mtsm grid times, each once: compiled in parallel before the
-    first timing (the K sweep's, one at a time as they came, had held the GPU idle)."""
+    first timing (the K sweep's, one at a time as they came, had held the GPU idle).
+    ``device``: those of that GPU model's dispatch instead of this GPU's."""
     tall_ops = [op for op in ops if op != "mtsm"]
+    device = _cuda.device_kind() if device is None else device
     with dispatch_context(model):
-        specs = [timed_kernel(op, d, m, n, problem_rows(m, n, d)) for d in dtypes for op in tall_ops
+        specs = [timed_kernel(op, d, m, n, problem_rows(m, n, d), device) for d in dtypes for op in tall_ops
                  for m, n in shapes]
-        specs += [timed_kernel(op, d, w, w, k) for d, w, k in sweep_points(dtypes, sweep_widths, sweep_ks)
+        specs += [timed_kernel(op, d, w, w, k, device) for d, w, k in sweep_points(dtypes, sweep_widths, sweep_ks)
                   for op in tall_ops]
         if "mtsm" in ops:
-            specs += [_mtsm.select(d, t, n, False, size, _cuda.arch(), _cuda.device_kind())
+            specs += [_mtsm.select(d, t, n, False, size, _cuda.arch(), device)
                       for d in dtypes for t in (False, True) for n in mtsm_widths for size in mtsm_sizes]
     return [spec for spec in dict.fromkeys(specs) if spec is not None]
 
@@ -573,8 +576,14 @@ def main(argv=None) -> None:
     parser.add_argument("--compile-only", action="store_true",
                         help="compile the kernels the run would time into the kernel cache ($JAX_TSMM_CACHE_DIR) "
                              "and stop, on any machine with nvcc, for the cache to travel to the GPU machine (with "
-                             "--model; dispatch's own kernels depend on the GPU's database)")
+                             "--model; dispatch's own kernels depend on the GPU's database: see --device)")
+    parser.add_argument("--device", default=None,
+                        help="with --compile-only: the GPU model whose dispatch to compile for, its own tuning "
+                             "file over the architecture's, e.g. \"NVIDIA H200\" (default: this machine's GPU, "
+                             "or the architecture's file alone without one)")
     args = parser.parse_args(argv)
+    if args.device is not None and not args.compile_only:
+        parser.error("--device goes with --compile-only: a run times the GPU it runs on")
     set_loop_seconds(args.loop_seconds)
     jax.config.update("jax_enable_x64", True)
     dtypes = [np.dtype(d) for d in args.dtypes.split(",")]
@@ -586,10 +595,12 @@ def main(argv=None) -> None:
     sweep_ks = [int(k) for k in args.k_sweep_k.split(",")]
     mtsm_sizes = [int(size) for size in args.mtsm_sizes.split(",")]
     mtsm_widths = parse_widths(args.mtsm_widths)
-    kernels = kernels_to_time(ops, dtypes, shapes, sweep_widths, sweep_ks, args.model, mtsm_sizes, mtsm_widths)
+    kernels = kernels_to_time(ops, dtypes, shapes, sweep_widths, sweep_ks, args.model, mtsm_sizes, mtsm_widths,
+                              args.device)
     if args.compile_only:
         _kernels.precompile(kernels, _cuda.arch())  # the default architecture where this machine has no GPU
-        print(f"{len(kernels)} kernels for {_cuda.arch()} in {_kernels.cache_dir()}")
+        model = f" ({args.device})" if args.device else ""
+        print(f"{len(kernels)} kernels for {_cuda.arch()}{model} in {_kernels.cache_dir()}")
         return
     device = jax.devices()[0]
     if device.platform != "gpu":

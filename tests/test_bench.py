@@ -175,12 +175,19 @@ def test_main_numbers_every_row_as_it_is_timed(monkeypatch, tmp_path, capsys):
     assert (tmp_path / "run.png").exists() and (tmp_path / "run.md").exists()
 
 
+def _no_device_for_timing(monkeypatch):
+    """Fail where the bench asks for the device it times (``jax.devices()``); the
+    lookups of the GPU's architecture and model (``jax.devices("cuda")``) still answer."""
+    devices = bench.jax.devices
+    monkeypatch.setattr(bench.jax, "devices", lambda *args: devices(*args) if args else pytest.fail("no device wanted"))
+
+
 def test_compile_only_compiles_the_models_kernels_without_a_gpu(monkeypatch, capsys):
     """--compile-only hands what the run would time to the compiler, for sm_90 where
     this machine has no GPU, and stops before any device is asked for."""
     asked = []
     monkeypatch.setattr(bench._kernels, "precompile", lambda specs, arch: asked.append((list(specs), arch)))
-    monkeypatch.setattr(bench.jax, "devices", lambda *args: pytest.fail("no device wanted"))
+    _no_device_for_timing(monkeypatch)
     bench.main(["--compile-only", "--model", "--ops", "ab", "--dtypes", "float64", "--widths", "3", "--pairs", "48x1"])
     [(specs, arch)] = asked
     float64 = np.dtype("float64")
@@ -189,6 +196,27 @@ def test_compile_only_compiles_the_models_kernels_without_a_gpu(monkeypatch, cap
         assert specs == [bench.timed_kernel("ab", float64, m, n, bench.problem_rows(m, n, float64))
                          for m, n in ((3, 3), (48, 1))]
     assert "2 kernels for sm_90" in capsys.readouterr().out
+
+
+def test_compile_only_follows_the_dispatch_of_a_named_gpu_model(monkeypatch, capsys):
+    """--compile-only --device compiles what dispatch runs on that GPU model, its own
+    tuning file over the architecture's, from a machine without it; --device is
+    refused for a run, which times the GPU it runs on."""
+    float64, h200 = np.dtype("float64"), "NVIDIA H200"
+    rows = {m: bench.problem_rows(m, m, float64) for m in range(1, 65)}
+    differs = [m for m, k in rows.items()
+               if bench.timed_kernel("ab", float64, m, m, k, h200) != bench.timed_kernel("ab", float64, m, m, k, "")]
+    assert differs, "the H200's own file chooses as the architecture's everywhere"
+    asked = []
+    monkeypatch.setattr(bench._kernels, "precompile", lambda specs, arch: asked.append(list(specs)))
+    _no_device_for_timing(monkeypatch)
+    width = differs[0]
+    bench.main(["--compile-only", "--device", h200, "--ops", "ab", "--dtypes", "float64", "--widths", str(width),
+                "--no-pairs"])
+    assert asked == [[bench.timed_kernel("ab", float64, width, width, rows[width], h200)]]
+    assert f"1 kernels for sm_90 ({h200})" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        bench.main(["--device", h200, "--ops", "ab", "--dtypes", "float64", "--widths", "8"])
 
 
 def test_shapes_take_widths_and_pairs():
