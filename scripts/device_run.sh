@@ -15,7 +15,8 @@
 # SHAPES (scripts/jit_timing.py: the bench's timing against plain jitted calls), batched
 # SHAPES [--k K] [--batch B] (scripts/batched_timing.py: atb and ab under vmap).
 # A JAX_TSMM_CACHE_DIR set by the caller is kept: a carried kernel cache, e.g. from
-# `python -m jax_tsmm.tune --compile-only` here (docs/performance.md, Method).
+# `python -m jax_tsmm.tune --compile-only` here (docs/performance.md, Method); a carried
+# .tsmm_cache.tar.xz (such a cache packed by xz, about a tenth of its size) is unpacked into it.
 # DEADLINE=S, the call's time limit in seconds: a tune step ends DEADLINE_MARGIN
 # seconds before it (or at TUNE_SECONDS, whichever comes first), so that its database
 # is copied out; steps that would start later are skipped. Without it, a call cut off
@@ -30,6 +31,7 @@ export PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_MEM_FRACTION=0.92
 export JAX_TSMM_CACHE_DIR=${JAX_TSMM_CACHE_DIR:-/tmp/jax_tsmm_cache}
 summary="$OUT/summary.txt"
 : > "$summary"
+if [ -f .tsmm_cache.tar.xz ]; then mkdir -p "$JAX_TSMM_CACHE_DIR" && tar xJf .tsmm_cache.tar.xz -C "$JAX_TSMM_CACHE_DIR"; fi
 
 step() {  # step NAME COMMAND...: run with a log, record status and seconds
   local name=$1; shift
