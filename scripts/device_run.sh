@@ -8,8 +8,8 @@
 # sanitize (compute-sanitizer on a kernel sample), probe (scripts/probe_bandwidth.py:
 # the DRAM bandwidth of streaming access patterns, timed per launch), clocks SHAPES
 # (scripts/clocks_under_load.py: SM clock and power while each shape runs for seconds), bench ARGS (repeatable),
-# compare ARGS (repeatable; scripts/compare_configs.py), tune ARGS, profile SHAPES
-# and profile_xla SHAPES (Nsight Compute, with the pipes' utilization and the
+# compare ARGS (repeatable; scripts/compare_configs.py), tune ARGS, profile SHAPES,
+# profile_model SHAPES and profile_xla SHAPES (Nsight Compute, with the pipes' utilization and the
 # instruction mix; scripts/profile_kernels.py), durations
 # SHAPES (each of our kernels' time on the GPU alone, by Nsight Compute), jit_timing
 # SHAPES (scripts/jit_timing.py: the bench's timing against plain jitted calls), batched
@@ -76,10 +76,11 @@ for item in "$@"; do
         echo \"== \$s\"; XLA_PYTHON_CLIENT_PREALLOCATE=false ncu --clock-control none --kernel-name regex:tsmm_ --metrics gpu__time_duration.sum \
           python3 scripts/profile_kernels.py --repeat 3 \$s 2>&1 | grep -E 'tsmm_|duration'
       done" ;;
-    profile|profile_xla)  # Nsight Compute, one process per op:dtype:M:N (dispatch's kernels, or XLA's dot);
+    profile|profile_model|profile_xla)  # Nsight Compute, one process per op:dtype:M:N (dispatch's kernels, the model's, or XLA's dot);
       # JAX does not preallocate there: ncu's replay saves and restores the device memory a kernel writes
       filter=regex:tsmm_; flags=""
       [ $name = profile_xla ] && { filter="regex:gemm|gemv|dot|cutlass|xmma"; flags=--xla; }
+      [ $name = profile_model ] && flags=--model
       for shape in $args; do
         step "${name}_${shape//:/_}" env XLA_PYTHON_CLIENT_PREALLOCATE=false timeout 120 ncu --clock-control none --kernel-name "$filter" \
           --section SpeedOfLight --section MemoryWorkloadAnalysis --section ComputeWorkloadAnalysis \
