@@ -31,7 +31,6 @@ export PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_MEM_FRACTION=0.92
 export JAX_TSMM_CACHE_DIR=${JAX_TSMM_CACHE_DIR:-/tmp/jax_tsmm_cache}
 summary="$OUT/summary.txt"
 : > "$summary"
-if [ -f .tsmm_cache.tar.xz ]; then mkdir -p "$JAX_TSMM_CACHE_DIR" && tar xJf .tsmm_cache.tar.xz -C "$JAX_TSMM_CACHE_DIR"; fi
 
 step() {  # step NAME COMMAND...: run with a log, record status and seconds
   local name=$1; shift
@@ -47,6 +46,7 @@ if [[ -n ${REQUIRE_GPU:-} && $gpu_name != *"$REQUIRE_GPU"* ]]; then
   echo "REQUIRE_GPU=$REQUIRE_GPU: this GPU is $gpu_name; nothing run"; exit 3
 fi
 nvidia-smi --query-gpu=name,memory.total,clocks.max.sm,driver_version --format=csv,noheader >> "$summary"
+[ -f .tsmm_cache.tar.xz ] && mkdir -p "$JAX_TSMM_CACHE_DIR" && step unpack tar xJf .tsmm_cache.tar.xz -C "$JAX_TSMM_CACHE_DIR"
 step build python3 -m pip install --no-build-isolation --no-deps -v -e . || { tail -40 "$OUT/build.log"; cat "$summary"; exit 1; }
 benches=0 tunes=0 compares=0 test_steps=0
 DEADLINE_MARGIN=20  # the archive and the copy out
