@@ -191,6 +191,19 @@ __device__ __forceinline__ void tsmm_dmma16(double& d0, double& d1, double& d2, 
 #endif
 }
 
+// A complex128 element in shared memory by two 8-byte loads, for Gauss's m16n8k4 A
+// operands, which pair the real parts (and the imaginary parts) of two blocks'
+// elements: a 16-byte load puts an element's parts side by side, to be moved
+// apart into the pairs, four moves an element. Volatile: ptxas merges plain ones
+// back into one 16-byte load.
+__device__ __forceinline__ double2 tsmm_load_parts(const double2* p) {
+  const unsigned at = static_cast<unsigned>(__cvta_generic_to_shared(p));
+  double re, im;
+  asm volatile("ld.volatile.shared.f64 %0, [%1];" : "=d"(re) : "r"(at));
+  asm volatile("ld.volatile.shared.f64 %0, [%1+8];" : "=d"(im) : "r"(at));
+  return make_double2(re, im);
+}
+
 // 3xTF32 (Config.tf32x3): a float as a TF32 part, rounded to nearest, and the exact
 // remainder, which the tensor cores truncate to TF32 as they read it; hi * hi +
 // hi * lo + lo * hi then carries the product to within 2^-20 of it. The rounding
@@ -799,9 +812,11 @@ def _atb_slots(spec: KernelSpec, e: str) -> list[str]:
 
 
 def _atb_consume(spec: KernelSpec, e: str, step_rows: int, flush_every: int = 0) -> tuple[list[str], list[str]]:
-    """(issue, consume) for the ring: `row_step(sa, sb, r, guard)` covers `step_rows`
-    rows from r; row groups take turns. With ``flush_every``, `flush()` follows every
-    that many row steps and ends each chunk."""
+    """(issue, consume) for the ring: `row_step(sa, sb, r, rows, guarded)` covers
+    `step_rows` rows from r; row groups take turns. Full chunks pass `guarded` false,
+    which folds away the guards of rows past `rows` (the compiler cannot prove them
+    true); the last, partial chunk passes true. With ``flush_every``, `flush()`
+    follows every that many row steps and ends each chunk."""
     p, c = spec.problem, spec.config
     rg = c.row_groups
     if spec.bulk:  # the producer warp stages (_bulk_pipeline), each operand at its shift
@@ -810,7 +825,7 @@ def _atb_consume(spec: KernelSpec, e: str, step_rows: int, flush_every: int = 0)
         copy_a, offset_a = _staging(spec, e, "a", p.m)
         copy_b, offset_b = _staging(spec, e, "b", p.n)
     full_steps = spec.rows_per_chunk // (rg * step_rows)
-    full_step = f"row_step(sa, sb, (row_group + i * {rg}) * {step_rows}, {spec.rows_per_chunk});"
+    full_step = f"row_step(sa, sb, (row_group + i * {rg}) * {step_rows}, {spec.rows_per_chunk}, false);"
     if flush_every:
         full_loop = [
             f"  for (int i = 0; i < {full_steps}; ++i) {{",
@@ -820,14 +835,14 @@ def _atb_consume(spec: KernelSpec, e: str, step_rows: int, flush_every: int = 0)
         ]
         partial_loop = [
             f"  for (int r = row_group * {step_rows}, i = 0; r < rows; r += {rg * step_rows}, ++i) {{",
-            "    row_step(sa, sb, r, rows);",
+            "    row_step(sa, sb, r, rows, true);",
             f"    if (i % {flush_every} == {flush_every - 1}) flush();",
             "  }",
             "  flush();",
         ]
     else:
         full_loop = [f"  for (int i = 0; i < {full_steps}; ++i) {full_step}"]
-        partial_loop = [f"  for (int r = row_group * {step_rows}; r < rows; r += {rg * step_rows}) row_step(sa, sb, r, rows);"]
+        partial_loop = [f"  for (int r = row_group * {step_rows}; r < rows; r += {rg * step_rows}) row_step(sa, sb, r, rows, true);"]
     consume = [
         "(void)row0;  // atb reduces over rows; their position does not matter",
         f"const {e}* sa = slot_a(slot) + {offset_a};",
@@ -871,7 +886,7 @@ def _atb_fma_body(spec: KernelSpec, ar: _Arith) -> tuple[list[str], list[tuple[s
         *_atb_slots(spec, e),
         "",
         "// One row: the outer product of op(A)'s and B's slices, straight from shared memory.",
-        f"auto row_step = [&](const {e}* sa, const {e}* sb, int r, int) {{",
+        f"auto row_step = [&](const {e}* sa, const {e}* sb, int r, int, bool) {{",
         *[f"  const {e} a{i} = sa[r * {spec.smem_stride(p.m)} + col_a{i}];" for i in range(tm)],
         *[f"  const {e} b{j} = sb[r * {spec.smem_stride(p.n)} + col_b{j}];" for j in range(tn)],
         *["  " + line for i in range(tm) for j in range(tn) for line in ar.fma(f"acc_{i}_{j}", f"a{i}", f"b{j}")],
@@ -913,6 +928,12 @@ def _atb_mma_body(spec: KernelSpec, ar: _Arith) -> tuple[list[str], list[tuple[s
     sum_parts = (("rr", ".x"), ("ii", ".y"), ("mix", "_mix")) if gauss else (("acc", ""),)
     spares = [f"spare_{name}" for name, _ in sum_parts] if gauss else ["spare"]
 
+    def in_pairs(operand: str, i: int) -> bool:
+        """Whether block i of the operand is half of an m16n8k4 A operand (dmma_products)."""
+        if operand == "a":
+            return i < tm - tm % 2
+        return bool(tm % 2 and c.lone_transposed)
+
     def k_step(t: int) -> list[str]:
         """k-step t of a row step: in each half h, rows r + 4 s h + t + s * frag_k, one per
         lane quad (row t of groups r / s + 4 h + frag_k)."""
@@ -935,13 +956,15 @@ def _atb_mma_body(spec: KernelSpec, ar: _Arith) -> tuple[list[str], list[tuple[s
                     f"tsmm_split_tf32(inside{suffix} ? s{operand}[{at(width)} + col_{operand}{i}] : 0.0f);")
             elif gauss:
                 load = lambda operand, i, width: (  # noqa: E731
-                    f"const double2 {operand}{i} = inside ? s{operand}[{at(width)} + col_{operand}{i}] "
-                    ": make_double2(0, 0);")
+                    f"const double2 {operand}{i} = inside ? "
+                    + (f"tsmm_load_parts(s{operand} + {at(width)} + col_{operand}{i})" if in_pairs(operand, i)
+                       else f"s{operand}[{at(width)} + col_{operand}{i}]")
+                    + " : make_double2(0, 0);")
             else:
                 load = lambda operand, i, width: (  # noqa: E731
                     f"const double {operand}{i} = inside ? s{operand}[{at(width)} + col_{operand}{i}] : 0.0;")
             lines += [
-                f"const bool inside{suffix} = {row} < rows;",
+                f"const bool inside{suffix} = !guarded || {row} < rows;",
                 *[load("a", i, p.m) for i in range(tm)],
                 *[load("b", j, p.n) for j in range(tn)],
                 *edge_row(at(p.m), at(p.n), f"inside{suffix}", suffix),
@@ -1051,8 +1074,9 @@ def _atb_mma_body(spec: KernelSpec, ar: _Arith) -> tuple[list[str], list[tuple[s
               "// [2*(lane%4) + h][lane/4] of each block."] if c.lone_transposed else [])]),
         *(["// Gauss's 3M: per 8x8 block of the complex result three real sums, rr = Re(a)ᵀ Re(b),",
            f"// ii = Im(a)ᵀ Im(b) and mix = (Re a {mix_sign} Im a)ᵀ (Re b + Im b), combined once",
-           "// at the end: three DMMA where the real view takes four, the complex elements read",
-           "// as one 16-byte load per fragment element."] if gauss else []),
+           "// at the end: three DMMA where the real view takes four. Elements of blocks that",
+           "// pair up in an m16n8k4 A operand are read by two 8-byte loads (tsmm_load_parts)."]
+          if gauss else []),
         "// Columns past M or N are clamped for reading; their results are never stored.",
         "const int frag_k = lane % 4;",
         *[f"const int col_a{i} = min((warp_m * {tm} + {i}) * 8 + lane / 4, {p.m - 1});" for i in range(tm)],
@@ -1070,7 +1094,7 @@ def _atb_mma_body(spec: KernelSpec, ar: _Arith) -> tuple[list[str], list[tuple[s
         step_comment + "; rows past `rows` (the last chunk) count as zero.",
         *(["// float32 fragments are widened to double (exactly) as they leave shared memory."]
           if e == "float" and not tf32 else []),
-        f"auto row_step = [&](const {e}* sa, const {e}* sb, int r, int rows) {{",
+        f"auto row_step = [&](const {e}* sa, const {e}* sb, int r, int rows, bool guarded) {{",
         *row_step,
         "};",
         "",
@@ -1602,8 +1626,8 @@ def _ab_mma_tiles(spec: KernelSpec, ar: _Arith):
           if wgmma else []),
         *(["// Gauss's 3M: per 8x8 block of complex out three real sums, rr = Re(a) Re(c),",
            "// ii = Im(a) Im(c) and mix = (Re a + Im a)(Re c + Im c), combined once per pass:",
-           "// three DMMA where the real view takes four, each A fragment element one 16-byte",
-           "// load of a complex element (the real view's two serve half as many columns)."]
+           "// three DMMA where the real view takes four. Slabs that pair up in an m16n8k4 A",
+           "// operand read their elements by two 8-byte loads (tsmm_load_parts)."]
           if gauss else []),
         "const int frag_row = lane / 4;",
         "const int frag_k = lane % 4;",
@@ -1662,10 +1686,12 @@ def _ab_mma_tiles(spec: KernelSpec, ar: _Arith):
                     tiles.append((accs, row, f"out_col{j}_{h}", " && ".join(guards) or None))
         prefetch, stores = _ab_store(spec, ar, tiles)
 
-        def a_fragment(i: int, ks: int) -> str:
+        def a_fragment(i: int, ks: int, parts: bool = False) -> str:
             """Slab i's A at inner index 4 ks + frag_k; columns past M are masked (the
-            padding of a staged row is never written)."""
-            at = f"sa[{slab_at(i)} + {ks * 4} + frag_k]"
+            padding of a staged row is never written). ``parts``: a complex element by
+            two 8-byte loads (tsmm_load_parts)."""
+            at = f"tsmm_load_parts(sa + {slab_at(i)} + {ks * 4} + frag_k)" if parts else \
+                f"sa[{slab_at(i)} + {ks * 4} + frag_k]"
             zero = ar.zero() if gauss else "0.0f"
             if ks * 4 >= p.m:
                 return zero
@@ -1748,7 +1774,7 @@ def _ab_mma_tiles(spec: KernelSpec, ar: _Arith):
             for ks in range(k_steps):
                 lines += [
                     "{",
-                    *[f"  const double2 a{i} = {a_fragment(i, ks)};" for i in range(tm)],
+                    *[f"  const double2 a{i} = {a_fragment(i, ks, parts=i < tm - tm % 2)};" for i in range(tm)],
                     *[f"  const double a{i}_mix = a{i}.x + a{i}.y;" for i in range(tm)],
                     *[f"  const double c{j}_mix = c_{ks}_{j}.x + c_{ks}_{j}.y;" for j in range(tn)],
                     *["  " + line for name, a, b in sums for line in dmma_products(

@@ -17,10 +17,11 @@
 # A JAX_TSMM_CACHE_DIR set by the caller is kept: a carried kernel cache, e.g. from
 # `python -m jax_tsmm.tune --compile-only` here (docs/performance.md, Method); a carried
 # .tsmm_cache.tar.xz (such a cache packed by xz, about a tenth of its size) is unpacked into it.
-# DEADLINE=S, the call's time limit in seconds: a tune step ends DEADLINE_MARGIN
-# seconds before it (or at TUNE_SECONDS, whichever comes first), so that its database
-# is copied out; steps that would start later are skipped. Without it, a call cut off
-# by the device's limit returns no database (twenty-ninth round).
+# DEADLINE=S, the call's time limit in seconds: every step ends DEADLINE_MARGIN seconds
+# before it (rc=124 in the summary), a tune step at TUNE_SECONDS if that comes first, so
+# that the logs and the database are copied out; steps that would start later are skipped.
+# Without it, a call cut off by the device's limit returns no logs and no database
+# (twenty-ninth round; fifty-seventh: a tests step ran 10 minutes).
 # REQUIRE_GPU=NAME ends the call before the build unless the GPU's name contains NAME:
 # a call for an H200 may be served by an H100, where a `tune --device-db` would write
 # the H100's own file instead (thirty-seventh round).
@@ -32,10 +33,15 @@ export JAX_TSMM_CACHE_DIR=${JAX_TSMM_CACHE_DIR:-/tmp/jax_tsmm_cache}
 summary="$OUT/summary.txt"
 : > "$summary"
 
-step() {  # step NAME COMMAND...: run with a log, record status and seconds
+DEADLINE_MARGIN=20  # the archive and the copy out
+seconds_left() { echo $(( ${DEADLINE:-1000000} - DEADLINE_MARGIN - SECONDS )); }
+
+step() {  # step NAME COMMAND...: run with a log, record status and seconds; cut off at DEADLINE
   local name=$1; shift
   local start=$SECONDS
-  "$@" > "$OUT/$name.log" 2>&1
+  local cap=()
+  [ -n "${DEADLINE:-}" ] && cap=(timeout -k 5 "$(seconds_left)")
+  "${cap[@]}" "$@" > "$OUT/$name.log" 2>&1
   local rc=$?
   echo "$name: rc=$rc, $((SECONDS - start)) s" >> "$summary"
   return $rc
@@ -49,8 +55,6 @@ nvidia-smi --query-gpu=name,memory.total,clocks.max.sm,driver_version --format=c
 [ -f .tsmm_cache.tar.xz ] && mkdir -p "$JAX_TSMM_CACHE_DIR" && step unpack tar xJf .tsmm_cache.tar.xz -C "$JAX_TSMM_CACHE_DIR"
 step build python3 -m pip install --no-build-isolation --no-deps -v -e . || { tail -40 "$OUT/build.log"; cat "$summary"; exit 1; }
 benches=0 tunes=0 compares=0 test_steps=0
-DEADLINE_MARGIN=20  # the archive and the copy out
-seconds_left() { echo $(( ${DEADLINE:-1000000} - DEADLINE_MARGIN - SECONDS )); }
 for item in "$@"; do
   read -r name args <<< "$item"
   if [ "$(seconds_left)" -le 0 ]; then echo "$name: skipped, DEADLINE" >> "$summary"; continue; fi
