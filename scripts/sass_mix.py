@@ -1,0 +1,107 @@
+"""The instruction mix of kernels' inner loops, compiled here: no GPU needed.
+
+    python3 scripts/sass_mix.py atb:complex128:64:64 ab:complex128:63:63 --device "NVIDIA H200"
+    python3 scripts/sass_mix.py atb:float64:58:58 --model --dump /tmp/sass
+
+For each shape (op:dtype:M:N, op atb, ab or ab_update) the kernel a bench row of
+it runs (the bench's K; ``--model``: the generator's model kernel; ``--device``:
+the dispatch of that GPU model, "" for the architecture's database alone) is
+compiled for sm_90 with ``-Xptxas -v`` and disassembled by ``cuobjdump -sass``.
+Printed: registers and spills, then the instructions between the first and the
+last of each half of the kernel's tensor-core or FMA instructions. The generator
+writes a kernel's inner step twice, for full chunks (or passes) and for the
+last, partial one, so the halves are those two copies; the one with no
+predicated instructions is the full chunks' loop, where the time goes. The
+predict-change-measure step's first half: read the mix before timing.
+
+Needs nvcc and cuobjdump on PATH. Where the CUDA toolkit has no cuobjdump (this
+repository's CPU machine), PyPI's wheel carries one:
+``pip download --no-deps nvidia-cuda-cuobjdump`` and unzip it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import pathlib
+import re
+import subprocess
+import tempfile
+
+from jax_tsmm import _dispatch, bench
+from jax_tsmm.codegen import module_source
+
+ARCH = "sm_90"
+# The instructions that do a kernel's arithmetic, in order of preference: the first
+# kind a kernel has marks its inner step.
+STEP_INSTRUCTIONS = ("DMMA", "HMMA", "DFMA", "FFMA")
+
+
+def kernel_of(shape: str, model: bool, device: str):
+    op, dtype, m, n = shape.split(":")
+    m, n = int(m), int(n)
+    k = bench.problem_rows(m, n, dtype)
+    with bench.dispatch_context(model):
+        problem = _dispatch.named_problem(op, dtype, m, n)
+        return _dispatch.select(problem.op, dtype, m, n, k, 0, False, ARCH, device, update=problem.update)
+
+
+def instructions(sass: str) -> list[str]:
+    """The opcodes (with their predicate, if any) of a cuobjdump listing, in order."""
+    found = re.findall(r"^\s+/\*[0-9a-f]{4,}\*/\s+([^;]*);", sass, re.M)
+    return [" ".join(line.split()[:2]) if line.startswith("@") else line.split()[0] for line in found]
+
+
+def halves(opcodes: list[str]) -> tuple[str, list[list[str]]]:
+    """The kind of step instruction and the stretches from the first to the last
+    of each half of them."""
+    for kind in STEP_INSTRUCTIONS:
+        steps = [i for i, op in enumerate(opcodes) if op.split()[-1].startswith(kind)]
+        if steps:
+            half = len(steps) // 2
+            return kind, [opcodes[steps[0]:steps[half - 1] + 1], opcodes[steps[half]:steps[-1] + 1]]
+    return "", []
+
+
+def report(shape: str, spec, work: pathlib.Path) -> str:
+    if spec is None:
+        return f"{shape}: XLA's dot"
+    source = work / f"{spec.name}.cu"
+    source.write_text(module_source([spec]))
+    cubin = source.with_suffix(".cubin")
+    built = subprocess.run(["nvcc", f"-arch={ARCH}", "-O3", "-cubin", "-Xptxas", "-v", "-o", str(cubin),
+                            str(source)], capture_output=True, text=True, check=True)
+    usage = "; ".join(f"{name}: {regs} registers, {spills} bytes spilled" for name, regs, spills in zip(
+        re.findall(r"Compiling entry function '(\w+)'", built.stderr),
+        re.findall(r"Used (\d+) registers", built.stderr),
+        re.findall(r"(\d+) bytes spill stores", built.stderr)))
+    sass = subprocess.run(["cuobjdump", "-sass", str(cubin)], capture_output=True, text=True, check=True).stdout
+    source.with_suffix(".sass").write_text(sass)
+    kind, parts = halves(instructions(sass))
+    lines = [f"{shape}: {spec.name}", f"  {usage}"]
+    for label, part in zip(("first copy", "second copy"), parts):
+        ops = collections.Counter(op.split()[-1] for op in part)
+        predicated = sum(op.startswith("@") for op in part)
+        steps = sum(count for op, count in ops.items() if op.startswith(kind))
+        mix = ", ".join(f"{op} {count}" for op, count in ops.most_common(12))
+        lines.append(f"  {label}: {len(part)} instructions for {steps} {kind} ({len(part) / steps:.2f} each), "
+                     f"{predicated} predicated: {mix}")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("shapes", nargs="+", help="op:dtype:M:N, op in atb, ab, ab_update")
+    parser.add_argument("--model", action="store_true", help="the model's kernels, ignoring the tuning database")
+    parser.add_argument("--device", default="", help='the GPU model whose dispatch picks (e.g. "NVIDIA H200")')
+    parser.add_argument("--dump", help="a directory for the sources, cubins and SASS listings (else temporary)")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as scratch:
+        work = pathlib.Path(args.dump or scratch)
+        work.mkdir(parents=True, exist_ok=True)
+        for shape in args.shapes:
+            print(report(shape, kernel_of(shape, args.model, args.device), work), flush=True)
+
+
+if __name__ == "__main__":
+    main()
