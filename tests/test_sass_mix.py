@@ -1,0 +1,39 @@
+"""scripts/sass_mix.py: the instruction mix of a kernel's inner loop, from its SASS."""
+
+from __future__ import annotations
+
+import importlib.util
+import pathlib
+import shutil
+
+import pytest
+
+ROOT = pathlib.Path(__file__).parents[1]
+spec = importlib.util.spec_from_file_location("sass_mix", ROOT / "scripts" / "sass_mix.py")
+sass_mix = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(sass_mix)
+
+# cuobjdump -sass of the model's complex128 atb 64 kernel (Gauss, 4 x 2 tiles), after
+# the fifty-seventh round's changes (docs/performance.md).
+RECORDED = ROOT / "docs" / "bench" / "sm90-2026-11-29-sass-model-c128-atb-64.txt"
+
+
+def test_halves_of_a_recorded_listing():
+    """The two copies of the row step: the last chunk's guarded one, then the full
+    chunks' with no predicated instruction, no zeroing and no moves."""
+    kind, (last_chunk, full_chunks) = sass_mix.halves(sass_mix.instructions(RECORDED.read_text()))
+    assert kind == "DMMA"
+    for part in (last_chunk, full_chunks):
+        assert sum(op.startswith("DMMA") for op in part) == 96
+    assert any(op.startswith("@") for op in last_chunk) and "CS2R" in last_chunk
+    assert not any(op.startswith("@") or op in ("CS2R", "MOV", "IMAD.MOV.U32") for op in full_chunks)
+    assert full_chunks.count("LDS.64") == 56
+
+
+@pytest.mark.nvcc
+@pytest.mark.skipif(shutil.which("cuobjdump") is None, reason="needs cuobjdump (PyPI: nvidia-cuda-cuobjdump)")
+def test_reports_a_compiled_kernel(tmp_path):
+    """Compiled here, the model's float64 atb 64 kernel: DMMA, no spills."""
+    text = sass_mix.report("atb:float64:64:64", sass_mix.kernel_of("atb:float64:64:64", True, ""), tmp_path)
+    assert "DMMA" in text and "0 bytes spilled" in text
+    assert list(tmp_path.glob("*.sass"))
