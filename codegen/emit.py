@@ -985,6 +985,8 @@ def _atb_mma_body(spec: KernelSpec, ar: _Arith) -> tuple[list[str], list[tuple[s
     # N edge's columns (m-units) and core columns edge_slot + u * slots against the M
     # edge's rows (n-units); the lanes of a quad take the same entries on their own rows.
     acc_type = "float" if tf32 else "double"
+    # Gauss's edges stay complex: one complex FMA (four real ones) per entry and row.
+    edge_type, edge_zero = ("double2", ar.zero()) if gauss else (acc_type, "0")
     core_m, core_n = 8 * spec.mma_blocks(p.m), 8 * spec.mma_blocks(p.n)
     edge_m, edge_n = spec.edge(p.m), spec.edge(p.n)
     m_units, n_units = spec.edge_units
@@ -996,16 +998,16 @@ def _atb_mma_body(spec: KernelSpec, ar: _Arith) -> tuple[list[str], list[tuple[s
         """One row of a slot's edge entries: A and B elements of its units and of the
         edges, then an FMA per entry."""
         def load(name: str, operand: str, row: str, col: str) -> str:
-            return f"const {acc_type} {name}{suffix} = {inside} ? s{operand}[{row} + {col}] : 0;"
+            return f"const {edge_type} {name}{suffix} = {inside} ? s{operand}[{row} + {col}] : {edge_zero};"
         return [
             *[load(f"ea{u}", "a", a_row, f"edge_row{u}") for u in range(m_units)],
             *[load(f"eb_edge{q}", "b", b_row, str(core_n + q)) for q in range(edge_n) if m_units],
             *[load(f"eb{u}", "b", b_row, f"edge_col{u}") for u in range(n_units)],
             *[load(f"ea_edge{q}", "a", a_row, str(core_m + q)) for q in range(edge_m) if n_units],
-            *[f"edge_m{u}_{q} = fma(ea{u}{suffix}, eb_edge{q}{suffix}, edge_m{u}_{q});"
-              for u in range(m_units) for q in range(edge_n)],
-            *[f"edge_n{u}_{q} = fma(ea_edge{q}{suffix}, eb{u}{suffix}, edge_n{u}_{q});"
-              for u in range(n_units) for q in range(edge_m)],
+            *[line for u in range(m_units) for q in range(edge_n)
+              for line in ar.fma(f"edge_m{u}_{q}", f"ea{u}{suffix}", f"eb_edge{q}{suffix}")],
+            *[line for u in range(n_units) for q in range(edge_m)
+              for line in ar.fma(f"edge_n{u}_{q}", f"ea_edge{q}{suffix}", f"eb{u}{suffix}")],
         ]  # empty without fma_edges: no edges, no units
 
     edge_places = [
@@ -1017,11 +1019,13 @@ def _atb_mma_body(spec: KernelSpec, ar: _Arith) -> tuple[list[str], list[tuple[s
         "const int edge_slot = warp * 8 + lane / 4;",
         *[f"const int edge_row{u} = min(edge_slot + {u * slots}, {p.m - 1});" for u in range(m_units)],
         *[f"const int edge_col{u} = min(edge_slot + {u * slots}, {core_n - 1});" for u in range(n_units)],
-        f"{acc_type} {', '.join(f'{name} = 0' for name in edge_sums)};",
+        f"{edge_type} {', '.join(f'{name} = {edge_zero}' for name in edge_sums)};",
     ] if spec.config.fma_edges else []
+    edge_parts = [".x", ".y"] if gauss else [""]
     edge_quad_sums = [
         "// Edge sums: the four lanes of a quad took different rows of the same entries.",
-        *[f"{name} += __shfl_xor_sync(0xffffffffu, {name}, {d});" for d in (1, 2) for name in edge_sums],
+        *[f"{name}{part} += __shfl_xor_sync(0xffffffffu, {name}{part}, {d});"
+          for d in (1, 2) for name in edge_sums for part in edge_parts],
     ] if spec.config.fma_edges else []
 
     step_rows = spec.mma_k * s

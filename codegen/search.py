@@ -147,7 +147,7 @@ def _mma_candidates(problem: Problem, arch: str) -> dict[Config, float]:
 
     one_block_bytes = ONE_BLOCK_STAGE_BYTES[problem.op]
     stage_sizes = STAGE_BYTES + ((one_block_bytes,) if bulk and (atb or gauss) else ())
-    edge_options = (False, True) if atb and not gauss and min(problem.m, problem.n) >= 8 \
+    edge_options = (False, True) if atb and min(problem.m, problem.n) >= 8 \
         and (problem.m % 8 or problem.n % 8) else (False,)
     # atb's bulk copies also inline (Config.stage_copy "bulk_inline") where a producer warp would cap the
     # registers below the tile's

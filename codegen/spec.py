@@ -202,6 +202,8 @@ class Config:
                      quad at the end; a slot holds whole rows of the N edge (one A
                      element against the N mod 8 edge columns of B) and whole columns of
                      the M edge, so a row costs a load per unit and per edge column.
+                     With gauss the edges stay complex: a complex FMA (four real
+                     ones) per entry and row, where the core pads 49..55 to 56.
     lone_transposed  atb on DMMA (mma without tf32x3) with an odd tile_m: the warp
                      tile's lone last block of M runs transposed, N's blocks j
                      and j+1 as an m16n8k4's 16 rows against its 8 columns (the
@@ -223,8 +225,9 @@ class Config:
                      real view pads 2M and 2N: 12-25 % fewer tensor steps at
                      49..64. On an H200 (2026-11-26) it won 49..52, 54 and 56
                      by 0.3-4.7 points of roofline and lost 57..63. Staged
-                     rows stay complex (16-byte elements, one load per
-                     fragment element); the sums P3 - P1 ∓ P2 cancel, so the
+                     rows stay complex (16-byte elements; those of the blocks
+                     that pair up in an m16n8k4 A operand by two 8-byte loads);
+                     the sums P3 - P1 ∓ P2 cancel, so the
                      imaginary part's error is bounded by u times (|Re a| +
                      |Im a|)ᵀ (|Re b| + |Im b|), at most twice the modulus
                      bound of the four-product form. ab's A C takes the same
@@ -334,6 +337,15 @@ class KernelSpec:
         m_units = _ceil_div(p.m, self.edge_slots) if self.edge(p.n) else 0
         n_units = _ceil_div(8 * self.mma_blocks(p.n), self.edge_slots) if self.edge(p.m) else 0
         return m_units, n_units
+
+    @property
+    def edge_registers(self) -> int:
+        """fma_edges: the elements a thread holds for the edges, a slot's sums and, per
+        row, its loads (0 without edges)."""
+        p = self.problem
+        m_units, n_units = self.edge_units
+        return (m_units * self.edge(p.n) + n_units * self.edge(p.m)
+                + m_units + n_units + self.edge(p.m) + self.edge(p.n))
 
     @property
     def flat(self) -> bool:
@@ -615,13 +627,11 @@ class KernelSpec:
         if c.gauss:  # three real sums per DMMA block (2 per lane each); fragments: re, im and the mix
             # (nvcc 13.0 used 94, 128 and 167 registers for tiles of 1x2, 2x2 and 4x2 blocks)
             spares = 3 * 2 * 2 if c.lone_transposed and c.tile_n % 2 else 0  # the lone block's zero partners
-            return c.tile_m * c.tile_n * 3 * 2 * 2 + (c.tile_m + c.tile_n) * 3 * 2 + spares + 56
+            return c.tile_m * c.tile_n * 3 * 2 * 2 + (c.tile_m + c.tile_n) * 3 * 2 + spares + 56 \
+                + self.edge_registers * words  # complex edge sums and loads (fma_edges)
         outputs = c.tile_m * c.tile_n * (2 if c.mma else 1)  # a DMMA block: 2 per lane
         outputs += 2 if c.lone_transposed and c.tile_n % 2 else 0  # the lone block's zero partner
-        if c.fma_edges:  # a slot's sums and, per row, its loads
-            m_units, n_units = self.edge_units
-            outputs += m_units * self.edge(p.n) + n_units * self.edge(p.m)
-            outputs += m_units + n_units + self.edge(p.m) + self.edge(p.n)
+        outputs += self.edge_registers
         halves = 2 if c.tf32x3 else 1  # an m16n8k8 step's fragments: two DMMA k-steps'
         operands = (c.tile_m + c.tile_n) * words * halves
         if c.mma and p.op == "ab":  # C's fragments stay in registers
@@ -828,9 +838,8 @@ def validate(spec: KernelSpec) -> None:
     if c.lone_transposed and not (p.op == "atb" and c.mma and not c.tf32x3 and c.tile_m % 2):
         errors.append("lone_transposed serves DMMA atb (not 3xTF32, which always does it) with an odd tile_m")
         raise InvalidSpec("; ".join(errors), spec)
-    if c.gauss and not (p.dtype == "complex128" and c.mma and not c.fma_edges and (c.stage_out or not p.update)):
-        errors.append("gauss serves complex128 atb and ab (the update with staged output) with mma, "
-                      "without fma_edges")
+    if c.gauss and not (p.dtype == "complex128" and c.mma and (c.stage_out or not p.update)):
+        errors.append("gauss serves complex128 atb and ab (the update with staged output) with mma")
         raise InvalidSpec("; ".join(errors), spec)
     if c.mma and ((p.dtype not in MMA_DTYPES and not c.gauss) or c.m_panels != 1
                   or (p.op == "ab" and c.c_source != ("shared" if c.wgmma else "global"))):

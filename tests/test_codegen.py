@@ -99,6 +99,9 @@ def _sample_specs() -> list[KernelSpec]:
         (Problem("atb", "complex128", 53, 53), Config(tile_m=2, tile_n=2, mapping="blocked", row_groups=1, rows_per_stage=16, mma=True, gauss=True, blocks_per_sm=1)),
         (Problem("atb", "complex128", 57, 57, conj=True), Config(tile_m=2, tile_n=4, mapping="blocked", row_groups=1, rows_per_stage=32, stages=2, mma=True, gauss=True, stage_copy="bulk", blocks_per_sm=1)),
         (Problem("atb", "complex128", 49, 49), Config(tile_m=1, tile_n=7, mapping="blocked", row_groups=1, rows_per_stage=16, mma=True, gauss=True, lone_transposed=True, stage_copy="bulk", blocks_per_sm=1)),
+        # ... with complex edges on the FMA units: both (Aᴴ B, inline bulk copies), the M edge alone beside the lone block
+        (Problem("atb", "complex128", 50, 43, conj=True), Config(tile_m=3, tile_n=2, mapping="blocked", row_groups=1, rows_per_stage=32, stages=2, mma=True, gauss=True, fma_edges=True, stage_copy="bulk_inline", blocks_per_sm=1)),
+        (Problem("atb", "complex128", 13, 48), Config(tile_m=1, tile_n=3, mapping="blocked", row_groups=2, rows_per_stage=64, stages=2, mma=True, gauss=True, fma_edges=True, lone_transposed=True, stage_copy="bulk", blocks_per_sm=1)),
         # ab's cp.async ring taking its chunks: FMA with C shared, DMMA with staged output, the update
         (Problem("ab", "float64", 5, 11), Config(tile_m=2, tile_n=4, mapping="blocked", row_groups=16, rows_per_stage=64, stages=2, ring_takes_chunks=True)),
         (Problem("ab", "float64", 43, 43), Config(tile_m=2, tile_n=2, mapping="blocked", row_groups=2, rows_per_stage=64, c_source="global", mma=True, stage_out=True, ring_takes_chunks=True)),
@@ -256,7 +259,6 @@ def test_tensor_cores_serve_float64_and_float32():
     (Problem("atb", "complex64", 40, 40), {}),
     (Problem("ab", "complex128", 40, 40, update=True), dict(c_source="global")),
     (Problem("atb", "complex128", 40, 40), dict(mma=False)),
-    (Problem("atb", "complex128", 42, 42), dict(fma_edges=True)),
 ])
 def test_gauss_serves_complex128_on_dmma_only(problem, change):
     """Gauss's products serve complex128 atb and ab on DMMA alone, ab's fused update
@@ -267,6 +269,7 @@ def test_gauss_serves_complex128_on_dmma_only(problem, change):
     validate(KernelSpec(Problem("ab", "complex128", 40, 40), dataclasses.replace(config, c_source="global")))
     validate(KernelSpec(Problem("ab", "complex128", 40, 40, update=True),
                         dataclasses.replace(config, c_source="global", stage_out=True)))
+    validate(KernelSpec(Problem("atb", "complex128", 42, 42), dataclasses.replace(config, fma_edges=True)))
     with pytest.raises(InvalidSpec, match="gauss"):
         validate(KernelSpec(problem, dataclasses.replace(config, **change)))
 
@@ -375,7 +378,8 @@ def test_gauss_candidates_rank_by_their_tensor_use():
 def test_fma_edges_geometry_and_candidates():
     """fma_edges: the tensor cores' tiles cover whole 8x8 blocks only, the slots of a
     row group take every edge entry once, and the search offers edges for mma atb
-    whose widths leave one (both from 8), never for ab or multiples of 8."""
+    whose widths leave one (both from 8; complex128's by Gauss's products), never for ab or
+    multiples of 8."""
     problem = Problem("atb", "float32", 50, 43)
     spec = KernelSpec(problem, Config(tile_m=2, tile_n=5, mapping="blocked", row_groups=2, rows_per_stage=128,
                                       stages=2, mma=True, tf32x3=True, stage_copy="bulk", fma_edges=True,
@@ -392,6 +396,7 @@ def test_fma_edges_geometry_and_candidates():
     with pytest.raises(InvalidSpec, match="tile"):
         validate(KernelSpec(problem, dataclasses.replace(spec.config, tile_n=6)))
     for found, offered in ((Problem("atb", "float64", 50, 50), True), (Problem("atb", "float32", 12, 9), True),
+                           (Problem("atb", "complex128", 50, 50), True),
                            (Problem("atb", "float64", 48, 48), False), (Problem("atb", "float64", 7, 50), False),
                            (Problem("ab", "float64", 50, 50), False)):
         assert any(c.fma_edges for c in candidates(found, limit=400, arch="sm_90")) == offered, found
