@@ -202,8 +202,9 @@ class Config:
                      quad at the end; a slot holds whole rows of the N edge (one A
                      element against the N mod 8 edge columns of B) and whole columns of
                      the M edge, so a row costs a load per unit and per edge column.
-                     With gauss the edges stay complex: a complex FMA (four real
-                     ones) per entry and row, where the core pads 49..55 to 56.
+                     With gauss the edges stay complex, a complex FMA (four real
+                     ones) per entry and row: at 49..55 the core is 48x48 where
+                     Gauss's blocks would pad to 56x56.
     lone_transposed  atb on DMMA (mma without tf32x3) with an odd tile_m: the warp
                      tile's lone last block of M runs transposed, N's blocks j
                      and j+1 as an m16n8k4's 16 rows against its 8 columns (the
