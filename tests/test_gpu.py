@@ -452,21 +452,24 @@ def edge_spec(dtype, m, n, tile_m, tile_n, row_groups, stage_copy, tf32x3) -> Ke
         stage_copy=stage_copy, fma_edges=True, blocks_per_sm=1))
 
 
-def selected_cases(request, test_name: str, names: tuple[str, ...]) -> set[tuple]:
-    """The parameters ``names`` of the selected cases of ``test_name`` in this session."""
-    return {tuple(item.callspec.params[name] for name in names) for item in request.session.items
-            if getattr(item, "originalname", "") == test_name}
+def selected_kernels(items, test_name: str) -> list[KernelSpec]:
+    """The kernels the selected ``items`` of ``test_name``, a family of KERNEL_FAMILIES,
+    run: each once."""
+    names, kernels_of = KERNEL_FAMILIES[test_name]
+    cases = {tuple(item.callspec.params[name] for name in names) for item in items
+             if getattr(item, "originalname", "") == test_name}
+    return list(dict.fromkeys(spec for case in cases for spec in kernels_of(*case)))
 
 
-def precompile_selected(request, test_name: str, names: tuple[str, ...], spec_of) -> None:
-    """Compile the kernels (``spec_of(*parameters)``) of the selected cases of ``test_name``
-    in parallel, before the first of them runs."""
-    _kernels.precompile([spec_of(*case) for case in selected_cases(request, test_name, names)], _cuda.arch())
+def precompile_selected(request, test_name: str) -> None:
+    """Compile the kernels of the selected cases of ``test_name`` in parallel, before
+    the first of them runs (scripts/precompile_tests.py compiles them ahead, anywhere)."""
+    _kernels.precompile(selected_kernels(request.session.items, test_name), _cuda.arch())
 
 
 @pytest.fixture(scope="module")
 def edge_kernels_compiled(request):
-    precompile_selected(request, "test_fma_edges_path", EDGE_PARAMETERS, edge_spec)
+    precompile_selected(request, "test_fma_edges_path")
 
 
 @pytest.mark.parametrize(", ".join(EDGE_PARAMETERS), EDGE_CASES)
@@ -505,7 +508,7 @@ def lone_spec(dtype, m, n, tile_m, tile_n, row_groups, stage_copy, fma_edges) ->
 
 @pytest.fixture(scope="module")
 def lone_kernels_compiled(request):
-    precompile_selected(request, "test_dmma_lone_transposed_path", LONE_PARAMETERS, lone_spec)
+    precompile_selected(request, "test_dmma_lone_transposed_path")
 
 
 @pytest.mark.parametrize(", ".join(LONE_PARAMETERS), LONE_CASES)
@@ -559,7 +562,7 @@ def gauss_spec(m, n, tile_m, tile_n, row_groups, stage_copy, lone_transposed, fm
 
 @pytest.fixture(scope="module")
 def gauss_kernels_compiled(request):
-    precompile_selected(request, "test_gauss_path", GAUSS_PARAMETERS, gauss_spec)
+    precompile_selected(request, "test_gauss_path")
 
 
 @pytest.mark.parametrize("conj", [False, True])
@@ -604,7 +607,7 @@ def gauss_ab_spec(m, n, tile_m, tile_n, row_groups, stage_copy, stage_out) -> Ke
 
 @pytest.fixture(scope="module")
 def gauss_ab_kernels_compiled(request):
-    precompile_selected(request, "test_gauss_ab_path", GAUSS_AB_PARAMETERS, gauss_ab_spec)
+    precompile_selected(request, "test_gauss_ab_path")
 
 
 @pytest.mark.parametrize(", ".join(GAUSS_AB_PARAMETERS), GAUSS_AB_CASES)
@@ -646,7 +649,7 @@ def ring_spec(dtype, m, n, kind, update) -> KernelSpec:
 
 @pytest.fixture(scope="module")
 def ring_kernels_compiled(request):
-    precompile_selected(request, "test_ring_takes_chunks", RING_PARAMETERS, ring_spec)
+    precompile_selected(request, "test_ring_takes_chunks")
 
 
 @pytest.mark.parametrize(", ".join(RING_PARAMETERS), RING_CASES)
@@ -716,7 +719,7 @@ def wgmma_kernels_compiled(request):
     """Compile the selected ``test_wgmma_path`` cases' kernels in parallel first (one
     at a time, the 24 cases' took 305 s of an H100 call, 2026-11-25)."""
     if has_wgmma(_cuda.arch()):
-        precompile_selected(request, "test_wgmma_path", WGMMA_PARAMETERS, wgmma_spec)
+        precompile_selected(request, "test_wgmma_path")
 
 
 @pytest.mark.parametrize(", ".join(WGMMA_PARAMETERS), WGMMA_CASES)
@@ -821,7 +824,7 @@ def fast_update_spec(dtype, m, n, path, stage_copy, y_in_out) -> KernelSpec:
 
 @pytest.fixture(scope="module")
 def fast_update_kernels_compiled(request):
-    precompile_selected(request, "test_fused_update_fast_paths", FAST_UPDATE_PARAMETERS, fast_update_spec)
+    precompile_selected(request, "test_fused_update_fast_paths")
 
 
 @pytest.mark.parametrize("scales", ["in_place", "general"])
@@ -903,11 +906,24 @@ def _tuned_cases() -> dict[str, list[tuple[Problem, KernelSpec]]]:
 TUNED_CASES = _tuned_cases()
 
 
+# The families of tests whose kernels are compiled before their first case runs (and,
+# by scripts/precompile_tests.py, ahead on any machine): per test, the parameters that
+# pick a case's kernels, and those kernels.
+KERNEL_FAMILIES = {
+    "test_fma_edges_path": (EDGE_PARAMETERS, lambda *case: [edge_spec(*case)]),
+    "test_dmma_lone_transposed_path": (LONE_PARAMETERS, lambda *case: [lone_spec(*case)]),
+    "test_gauss_path": (GAUSS_PARAMETERS, lambda *case: [gauss_spec(*case)]),
+    "test_gauss_ab_path": (GAUSS_AB_PARAMETERS, lambda *case: [gauss_ab_spec(*case)]),
+    "test_ring_takes_chunks": (RING_PARAMETERS, lambda *case: [ring_spec(*case)]),
+    "test_wgmma_path": (WGMMA_PARAMETERS, lambda *case: [wgmma_spec(*case)]),
+    "test_fused_update_fast_paths": (FAST_UPDATE_PARAMETERS, lambda *case: [fast_update_spec(*case)]),
+    "test_tuned_kernels": (("key",), lambda key: [spec for _, spec in TUNED_CASES[key]]),
+}
+
+
 @pytest.fixture(scope="module")
 def tuned_kernels_compiled(request):
-    """Compile the kernels of the selected ``test_tuned_kernels`` keys in parallel first."""
-    keys = {key for key, in selected_cases(request, "test_tuned_kernels", ("key",))}
-    _kernels.precompile([spec for key in keys for _, spec in TUNED_CASES[key]], _cuda.arch())
+    precompile_selected(request, "test_tuned_kernels")
 
 
 @pytest.mark.parametrize("key", sorted(TUNED_CASES))

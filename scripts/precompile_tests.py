@@ -1,0 +1,47 @@
+"""Compile here, for sm_90, the kernels a selection of the GPU tests asks for, into the
+kernel cache, to carry to the device (docs/performance.md, Method).
+
+    JAX_TSMM_CACHE_DIR=$PWD/.tsmm_cache python scripts/precompile_tests.py -k 'gauss_path or (tuned and complex128)'
+
+The arguments are pytest's, after ``tests/test_gpu.py -m gpu``: give the selection a
+device call's `tests` step will make. The kernels of the families in
+test_gpu.KERNEL_FAMILIES (the forced-spec paths and the tuned database's kernels) are
+compiled; the other tests' kernels, dispatch's choices, still compile on the device.
+"""
+
+from __future__ import annotations
+
+import pathlib
+import sys
+
+import pytest
+
+from jax_tsmm import _kernels
+
+ARCH = "sm_90"
+TESTS = pathlib.Path(__file__).parents[1] / "tests" / "test_gpu.py"
+
+
+class Selection:
+    """A pytest plugin that keeps the collected items."""
+
+    items: list = []
+
+    def pytest_collection_finish(self, session) -> None:
+        self.items = list(session.items)
+
+
+def main() -> None:
+    selection = Selection()
+    code = pytest.main([str(TESTS), "-m", "gpu", "--collect-only", "-qq", "-p", "no:cacheprovider", *sys.argv[1:]],
+                       plugins=[selection])
+    if code != pytest.ExitCode.OK:
+        sys.exit(code)
+    module = selection.items[0].module
+    specs = [spec for name in module.KERNEL_FAMILIES for spec in module.selected_kernels(selection.items, name)]
+    _kernels.precompile(specs, ARCH)
+    print(f"{len(specs)} kernels of {len(selection.items)} tests for {ARCH} in {_kernels.cache_dir()}")
+
+
+if __name__ == "__main__":
+    main()

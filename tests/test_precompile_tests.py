@@ -1,0 +1,23 @@
+"""scripts/precompile_tests.py: the kernels a GPU test selection asks for, compiled ahead."""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+SCRIPT = pathlib.Path(__file__).parents[1] / "scripts" / "precompile_tests.py"
+
+
+@pytest.mark.nvcc
+def test_compiles_each_kernel_of_the_selection_once(tmp_path):
+    """test_gauss_path's cases at 50 x 50: two configurations, Aᵀ B and Aᴴ B, four K
+    each: 16 tests, 4 kernels."""
+    env = dict(os.environ, JAX_TSMM_CACHE_DIR=str(tmp_path))
+    done = subprocess.run([sys.executable, str(SCRIPT), "-k", "gauss_path and 50"], env=env, check=True,
+                          capture_output=True, text=True)
+    assert "4 kernels of 16 tests for sm_90" in done.stdout
+    assert len(list(tmp_path.glob("tsmm_atb*_complex128_m50_n50_*_sm_90_*.cubin"))) == 4
