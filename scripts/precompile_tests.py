@@ -25,7 +25,8 @@ TESTS = pathlib.Path(__file__).parents[1] / "tests" / "test_gpu.py"
 class Selection:
     """A pytest plugin that keeps the collected items."""
 
-    items: list = []
+    def __init__(self) -> None:
+        self.items = []
 
     def pytest_collection_finish(self, session) -> None:
         self.items = list(session.items)
