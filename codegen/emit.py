@@ -401,6 +401,12 @@ def gauss_combination(tm: int, tn: int, sign: str, declaration: str) -> list[str
             for i in range(tm) for j in range(tn) for h in range(2)]
 
 
+def in_pair(i: int, tm: int) -> bool:
+    """Whether block i of a tm-block side is half of an m16n8k4 A operand (dmma_products
+    pairs blocks i and i+1; a lone last block runs alone)."""
+    return i < tm - tm % 2
+
+
 def dmma_products(tm: int, tn: int, acc, a, b, lone_transposed=False, spare="spare") -> list[str]:
     """The DMMA steps of a tm x tn tile of 8x8 blocks; ``acc(i, j)`` names block
     (i, j)'s accumulator pair (suffixes _0, _1), ``a(i)`` and ``b(j)`` its
@@ -929,9 +935,10 @@ def _atb_mma_body(spec: KernelSpec, ar: _Arith) -> tuple[list[str], list[tuple[s
     spares = [f"spare_{name}" for name, _ in sum_parts] if gauss else ["spare"]
 
     def in_pairs(operand: str, i: int) -> bool:
-        """Whether block i of the operand is half of an m16n8k4 A operand (dmma_products)."""
+        """Whether block i of the operand is half of an m16n8k4 A operand: A's pairs,
+        or all of B's against a transposed lone block (dmma_products)."""
         if operand == "a":
-            return i < tm - tm % 2
+            return in_pair(i, tm)
         return bool(tm % 2 and c.lone_transposed)
 
     def k_step(t: int) -> list[str]:
@@ -1778,7 +1785,7 @@ def _ab_mma_tiles(spec: KernelSpec, ar: _Arith):
             for ks in range(k_steps):
                 lines += [
                     "{",
-                    *[f"  const double2 a{i} = {a_fragment(i, ks, parts=i < tm - tm % 2)};" for i in range(tm)],
+                    *[f"  const double2 a{i} = {a_fragment(i, ks, parts=in_pair(i, tm))};" for i in range(tm)],
                     *[f"  const double a{i}_mix = a{i}.x + a{i}.y;" for i in range(tm)],
                     *[f"  const double c{j}_mix = c_{ks}_{j}.x + c_{ks}_{j}.y;" for j in range(tn)],
                     *["  " + line for name, a, b in sums for line in dmma_products(

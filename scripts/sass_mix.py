@@ -4,9 +4,10 @@
     python3 scripts/sass_mix.py atb:float64:58:58 --model --dump /tmp/sass
 
 For each shape (op:dtype:M:N, op atb, ab or ab_update) the kernel a bench row of
-it runs (the bench's K; ``--model``: the generator's model kernel; ``--device``:
-the dispatch of that GPU model, "" for the architecture's database alone) is
-compiled for sm_90 with ``-Xptxas -v`` and disassembled by ``cuobjdump -sass``.
+it runs (``bench.timed_kernel`` at the bench's K; ``--model``: the generator's model
+kernel; ``--device``: the dispatch of that GPU model, "" for the architecture's
+database alone) is compiled as the package compiles it (sm_90 on a machine without
+a GPU) with ``-Xptxas -v`` and disassembled by ``cuobjdump -sass``.
 Printed: registers and spills, then the instructions between the first and the
 last of each half of the kernel's tensor-core or FMA instructions. The generator
 writes a kernel's inner step twice, for full chunks (or passes) and for the
@@ -14,7 +15,7 @@ last, partial one, so the halves are those two copies; the one with no
 predicated instructions is the full chunks' loop, where the time goes. The
 predict-change-measure step's first half: read the mix before timing.
 
-Needs nvcc and cuobjdump on PATH. Where the CUDA toolkit has no cuobjdump (this
+Needs nvcc (found as the package finds it) and cuobjdump on PATH. Where the CUDA toolkit has no cuobjdump (this
 repository's CPU machine), PyPI's wheel carries one:
 ``pip download --no-deps nvidia-cuda-cuobjdump`` and unzip it.
 """
@@ -28,10 +29,9 @@ import re
 import subprocess
 import tempfile
 
-from jax_tsmm import _dispatch, bench
+from jax_tsmm import _cuda, _kernels, bench
 from jax_tsmm.codegen import module_source
 
-ARCH = "sm_90"
 # The instructions that do a kernel's arithmetic, in order of preference: the first
 # kind a kernel has marks its inner step.
 STEP_INSTRUCTIONS = ("DMMA", "HMMA", "DFMA", "FFMA")
@@ -40,10 +40,8 @@ STEP_INSTRUCTIONS = ("DMMA", "HMMA", "DFMA", "FFMA")
 def kernel_of(shape: str, model: bool, device: str):
     op, dtype, m, n = shape.split(":")
     m, n = int(m), int(n)
-    k = bench.problem_rows(m, n, dtype)
     with bench.dispatch_context(model):
-        problem = _dispatch.named_problem(op, dtype, m, n)
-        return _dispatch.select(problem.op, dtype, m, n, k, 0, False, ARCH, device, update=problem.update)
+        return bench.timed_kernel(op, dtype, m, n, bench.problem_rows(m, n, dtype), device)
 
 
 def instructions(sass: str) -> list[str]:
@@ -69,8 +67,8 @@ def report(shape: str, spec, work: pathlib.Path) -> str:
     source = work / f"{spec.name}.cu"
     source.write_text(module_source([spec]))
     cubin = source.with_suffix(".cubin")
-    built = subprocess.run(["nvcc", f"-arch={ARCH}", "-O3", "-cubin", "-Xptxas", "-v", "-o", str(cubin),
-                            str(source)], capture_output=True, text=True, check=True)
+    built = subprocess.run([_kernels.nvcc(), "-cubin", *_kernels.target_flags([spec], _cuda.arch()), "-O3",
+                            "-Xptxas", "-v", "-o", str(cubin), str(source)], capture_output=True, text=True, check=True)
     usage = "; ".join(f"{name}: {regs} registers, {spills} bytes spilled" for name, regs, spills in zip(
         re.findall(r"Compiling entry function '(\w+)'", built.stderr),
         re.findall(r"Used (\d+) registers", built.stderr),
