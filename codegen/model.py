@@ -100,8 +100,9 @@ TF32X3_AB_MIN_OUTPUTS = 64 * 64
 
 
 def registers_fit(spec: KernelSpec) -> bool:
-    """Whether blocks_per_sm blocks of ``spec`` fit one SM's registers, by the estimate."""
-    return spec.threads * max(spec.estimated_registers(), 32) * spec.config.blocks_per_sm <= SM_REGISTERS
+    """Whether blocks_per_sm blocks of ``spec`` fit one SM's registers, by the estimate
+    of what the kernel needs under a launch bound (spec.bounded_registers)."""
+    return spec.threads * max(spec.bounded_registers(), 32) * spec.config.blocks_per_sm <= SM_REGISTERS
 
 
 def is_valid(spec: KernelSpec) -> bool:

@@ -70,8 +70,9 @@ def launch_bound_registers(threads: int, blocks_per_sm: int) -> int:
 
 
 def _spills(spec: KernelSpec) -> bool:
-    """Whether the estimated registers exceed what the launch bounds allow."""
-    return spec.estimated_registers() > launch_bound_registers(spec.threads, spec.config.blocks_per_sm)
+    """Whether the registers the kernel needs under a bound (spec.bounded_registers)
+    exceed what the launch bounds allow."""
+    return spec.bounded_registers() > launch_bound_registers(spec.threads, spec.config.blocks_per_sm)
 
 
 def score(spec: KernelSpec) -> float:
@@ -180,7 +181,7 @@ def _mma_candidates(problem: Problem, arch: str) -> dict[Config, float]:
                         y_in_out=y_in_out, fma_edges=fma_edges, blocks_per_sm=blocks)
         spec = KernelSpec(problem, config)
         if gauss and _spills(spec):
-            continue  # Gauss's estimate follows nvcc's count (spec.estimated_registers): over the bound, it spills
+            continue  # Gauss's estimate follows nvcc's count (spec.bounded_registers): over the bound, it spills
         if stage_copy == "bulk_inline":
             with_producer = KernelSpec(problem, dataclasses.replace(config, stage_copy="bulk"))
             if _usable(with_producer) and not _spills(with_producer):

@@ -38,6 +38,15 @@ MAX_REGISTERS = 255
 # keeps in 14 registers), and for addresses, indices and the loader.
 WGMMA_STEP_REGISTERS = 14
 WGMMA_FIXED_REGISTERS = 48
+# Under a launch bound below its own count ptxas fits Gauss's atb with FMA edges into
+# up to this many registers fewer than the estimate, keeping fewer of the edges' loads
+# in flight (KernelSpec.bounded_registers). nvcc 13.0, complex128 atb, 168 registers
+# a thread (2026-11-29): no spills at 34 (2x2 and 1x4 tiles, estimate 180-186), 49
+# (2x3: 190), 50 (2x3: 210) and 51 (2x2: 184); 32-84 bytes at estimates 200-206 (35,
+# 52); 172-560 bytes from 216 (36, 37, 51's 2x3, 53). The fit also varies with the
+# stages (49's 2x3 in 48-row stages spilled 148 bytes, in 64-row ones none; 50's in
+# 16-row ones 12-28): the timing judges what spills.
+GAUSS_EDGE_SLACK = 42
 FLAT_MAX_M = 16  # flat ab keeps C's columns for a thread's elements in registers: M x vector elements
 STAGE_COPIES = ("vector", "element", "bulk", "bulk_inline")
 # DMMA (FP64 tensor cores) serves float32 too: widened to double on the way from
@@ -625,11 +634,8 @@ class KernelSpec:
             # nvcc keeps more than one k-step's in flight: 126, 158-162 and 168-202 registers for tiles of
             # 1, 2 and 3 slabs at 50..61, nvcc 13.0)
             return c.tile_m * c.tile_n * 3 * 2 * 2 + _ceil_div(p.m, 4) * c.tile_n * 4 + c.tile_m * 12 + c.tile_n * 6 + 44
-        if c.gauss:  # three real sums per DMMA block (2 per lane each); fragments: re, im and the mix
-            # (nvcc 13.0 used 94, 128 and 167 registers for tiles of 1x2, 2x2 and 4x2 blocks)
-            spares = 3 * 2 * 2 if c.lone_transposed and c.tile_n % 2 else 0  # the lone block's zero partners
-            return c.tile_m * c.tile_n * 3 * 2 * 2 + (c.tile_m + c.tile_n) * 3 * 2 + spares + 56 \
-                + self.edge_registers * words  # complex edge sums and loads (fma_edges)
+        if c.gauss:  # complex edge sums and loads (fma_edges) beside the tile's
+            return self._gauss_atb_tile_registers() + self.edge_registers * words
         outputs = c.tile_m * c.tile_n * (2 if c.mma else 1)  # a DMMA block: 2 per lane
         outputs += 2 if c.lone_transposed and c.tile_n % 2 else 0  # the lone block's zero partner
         outputs += self.edge_registers
@@ -640,6 +646,25 @@ class KernelSpec:
         update_tile = outputs * words if p.update and not c.stage_out else 0  # y, loaded ahead
         estimate = outputs * words + operands + update_tile + 40
         return max(estimate, MMA_MIN_REGISTERS) if c.mma else estimate
+
+    def _gauss_atb_tile_registers(self) -> int:
+        """Gauss's atb tile: three real sums per DMMA block (2 per lane each); fragments:
+        re, im and the mix (nvcc 13.0 used 94, 128 and 167 registers for tiles of 1x2,
+        2x2 and 4x2 blocks)."""
+        c = self.config
+        spares = 3 * 2 * 2 if c.lone_transposed and c.tile_n % 2 else 0  # the lone block's zero partners
+        return c.tile_m * c.tile_n * 3 * 2 * 2 + (c.tile_m + c.tile_n) * 3 * 2 + spares + 56
+
+    def bounded_registers(self) -> int:
+        """The registers a launch bound must allow for ptxas to fit the kernel without
+        (much) spilling: the estimate, but for Gauss's atb with FMA edges up to
+        GAUSS_EDGE_SLACK fewer, never fewer than its tile's. 49's 2 x 3 Gauss tiles with
+        edges in 12 warps (estimate 190, bound 168), the tuner's winner there on an H200
+        (2026-11-29), and 50's (210) compile without spills."""
+        estimate = self.estimated_registers()
+        if self.config.gauss and self.problem.op == "atb":
+            return max(self._gauss_atb_tile_registers(), estimate - GAUSS_EDGE_SLACK)
+        return estimate
 
     @property
     def source_fields(self) -> dict:

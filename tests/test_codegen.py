@@ -308,8 +308,8 @@ def test_gauss_fragments_take_distinct_banks(op, stage_copy, width):
 def test_gauss_candidates_for_complex128_within_their_launch_bounds():
     """The search offers Gauss for complex128 atb and ab alone (ab's fused update
     included), ab's as pairs of slabs (the shape of every winner), and only where nvcc's
-    register bound under the launch bounds holds the estimate (its per-scheduler
-    share: 96 registers at 17 warps, as nvcc 13.0 allotted)."""
+    register bound under the launch bounds holds what the kernel needs under one
+    (its per-scheduler share: 96 registers at 17 warps, as nvcc 13.0 allotted)."""
     assert launch_bound_registers(544, 1) == 96 and launch_bound_registers(288, 1) == 168
     assert launch_bound_registers(512, 1) == 128 and launch_bound_registers(128, 1) == MAX_REGISTERS
     for op, width, update in itertools.product(("atb", "ab"), (13, 50, 57, 64), (False, True)):
@@ -322,9 +322,36 @@ def test_gauss_candidates_for_complex128_within_their_launch_bounds():
         assert not update or all(c.stage_out for c in found)
         for config in found:
             spec = KernelSpec(problem, config)
-            assert spec.estimated_registers() <= launch_bound_registers(spec.threads, config.blocks_per_sm)
+            assert spec.bounded_registers() <= launch_bound_registers(spec.threads, config.blocks_per_sm)
     for problem in (Problem("atb", "complex64", 57, 57), Problem("atb", "float64", 57, 57)):
         assert not any(c.gauss for c in candidates(problem, 64))
+
+
+@pytest.mark.nvcc
+def test_gauss_edges_fit_a_launch_bound_below_their_estimate(tmp_path):
+    """Gauss's atb tiles with FMA edges are judged by the registers they need under a
+    launch bound (KernelSpec.bounded_registers, the estimate less up to
+    GAUSS_EDGE_SLACK): at complex128 atb 50 the search offers 2 x 3 tiles in 12 warps,
+    whose estimate (210) exceeds the 168 registers of their launch bound, and ptxas
+    fits them there without spilling; 51's (230) it does not offer."""
+    problem = Problem("atb", "complex128", 50, 50)
+    offered = [c for c in candidates(problem, 16) if c.gauss and c.fma_edges and c.row_groups == 2
+               and (c.tile_m, c.tile_n) == (2, 3)]
+    assert offered
+    spec = KernelSpec(problem, offered[0])
+    bound = launch_bound_registers(spec.threads, spec.config.blocks_per_sm)
+    assert spec.threads == 384 and spec.bounded_registers() <= bound < spec.estimated_registers()
+    assert not any(c.gauss and c.fma_edges and c.row_groups == 2 and (c.tile_m, c.tile_n) == (2, 3)
+                   for c in candidates(Problem("atb", "complex128", 51, 51), 16))
+    source = tmp_path / "edged.cu"
+    source.write_text(module_source([spec]))
+    result = subprocess.run([_kernels.nvcc(), "-cubin", *_kernels.target_flags([spec], "sm_90"), "-O3", "-Xptxas",
+                             "-v", "-o", str(tmp_path / "edged.cubin"), str(source)], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    report = result.stderr[result.stderr.index(f"entry function '{spec.name}'"):]
+    registers, spilled = (re.search(pattern, report)[1]
+                          for pattern in (r"Used (\d+) registers", r"(\d+) bytes spill stores"))
+    assert int(registers) <= bound and spilled == "0", report
 
 
 @pytest.mark.parametrize("dtype, gauss", [("float64", False), ("complex128", True)])
