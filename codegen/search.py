@@ -361,7 +361,7 @@ def _usable(spec: KernelSpec, valid: dict | None = None, source: tuple = ()) -> 
 def neighbours(problem: Problem, config: Config, arch: str = "sm_90") -> list[Config]:
     """Valid configurations for GPUs of ``arch`` one step from ``config`` in what the
     model ranks least reliably, the stage geometry and occupancy (rows per stage, row
-    groups, stages, blocks per SM), the padding of staged rows, for atb the warp
+    groups, stages, with the same rows or the same ring, blocks per SM), the padding of staged rows, for atb the warp
     tile's orientation and (mma) the FMA edges, the tile trimmed to the core's blocks
     where it overhangs, DMMA's lone block of M transposed or not, for ab on the
     tensor cores the slabs per warp (not wgmma's) and the stage copies, and for ab's
@@ -384,6 +384,12 @@ def neighbours(problem: Problem, config: Config, arch: str = "sm_90") -> list[Co
         steps += [dict(waves=w) for w in (c.waves // 4, c.waves * 4) if 1 <= w <= 256 and w != c.waves]
     else:
         steps += [dict(stages=s) for s in (c.stages - 1, c.stages + 1) if 2 <= s <= 6]
+        # The ring's passes dealt into one more stage or one fewer: more (or fewer) copies in
+        # flight in the same shared memory, where a stage more of the same rows would not fit
+        # (one block of two large stages: the start of Gauss's and the bulk kernels' searches).
+        ring_passes = passes * c.stages
+        steps += [dict(stages=s, rows_per_stage=ring_passes // s * start.rows_per_pass)
+                  for s in (c.stages - 1, c.stages + 1) if 2 <= s <= 6 and ring_passes // s != passes]
     most_blocks = SM_THREADS // start.threads if c.mapping == "flat" else 4
     steps += [dict(blocks_per_sm=b) for b in (c.blocks_per_sm - 1, c.blocks_per_sm + 1) if 1 <= b <= most_blocks]
     if problem.op == "atb" and c.tile_m != c.tile_n:

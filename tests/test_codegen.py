@@ -1087,6 +1087,18 @@ def test_neighbours_deepen_the_ring_at_the_blocks_per_sm_that_fit():
     assert dataclasses.replace(start, stages=3, blocks_per_sm=2) in neighbours(problem, start)
 
 
+def test_neighbours_deal_a_full_ring_into_one_more_stage():
+    """Gauss's complex128 atb 57x57 kernel in two 48-row stages, one block per SM: a
+    third stage of the same rows would not fit its shared memory, the same ring's
+    passes in three stages of 32 rows do, one step of the local search away."""
+    problem = Problem("atb", "complex128", 57, 57)
+    start = Config(tile_m=4, tile_n=2, mapping="blocked", row_groups=1, rows_per_stage=48, stages=2, unroll=2,
+                   mma=True, gauss=True, c_source="shared", stage_copy="bulk_inline", blocks_per_sm=1)
+    assert _usable(KernelSpec(problem, start))
+    assert not _usable(KernelSpec(problem, dataclasses.replace(start, stages=3)))
+    assert dataclasses.replace(start, stages=3, rows_per_stage=32) in neighbours(problem, start)
+
+
 def test_neighbours_flip_the_order_of_abs_cp_async_ring_alone():
     """Whether ab's cp.async ring takes its chunks is the local search's to decide
     (Config.ring_takes_chunks): one neighbour of a ring kernel flips it, and none of a
