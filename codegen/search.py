@@ -361,14 +361,14 @@ def _usable(spec: KernelSpec, valid: dict | None = None, source: tuple = ()) -> 
 def neighbours(problem: Problem, config: Config, arch: str = "sm_90") -> list[Config]:
     """Valid configurations for GPUs of ``arch`` one step from ``config`` in what the
     model ranks least reliably, the stage geometry and occupancy (rows per stage, row
-    groups, stages, with the same rows or the same ring, blocks per SM), the padding of staged rows, for atb the warp
-    tile's orientation and (mma) the FMA edges, the tile trimmed to the core's blocks
-    where it overhangs, DMMA's lone block of M transposed or not, for ab on the
-    tensor cores the slabs per warp (not wgmma's) and the stage copies, and for ab's
-    cp.async ring the order of its chunks (Config.ring_takes_chunks): the tuner's
-    local search around its fastest candidate
-    (benchmarking every candidate, as Tensile does, on a neighbourhood instead of
-    the whole space). Rows per stage follow a change of row groups pass for pass,
+    groups, stages with the same rows or the same ring, blocks per SM), the padding
+    of staged rows, for atb the warp tile's orientation and (mma) the FMA edges, the
+    tile trimmed to the core's blocks where it overhangs, DMMA's lone block of M
+    transposed or not, for ab on the tensor cores the slabs per warp (not wgmma's)
+    and the stage copies, and for ab's cp.async ring the order of its chunks
+    (Config.ring_takes_chunks): the tuner's local search around its fastest
+    candidate (benchmarking every candidate, as Tensile does, on a neighbourhood
+    instead of the whole space). Rows per stage follow a change of row groups pass for pass,
     and blocks per SM fall with a step whose blocks no longer fit as many times
     (``_fitted_steps``)."""
     c = config
