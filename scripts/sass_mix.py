@@ -15,7 +15,15 @@ last, partial one, so the halves are those two copies; the one with no
 predicated instructions is the full chunks' loop, where the time goes. The
 predict-change-measure step's first half: read the mix before timing.
 
-Needs nvcc (found as the package finds it) and cuobjdump on PATH. Where the CUDA toolkit has no cuobjdump (this
+``--candidates N`` reports instead the search's first N candidates for each shape
+(``codegen.search.candidates``), compiled together with ``-Xptxas -v``: per kernel
+its threads, the register estimate, what it needs under a launch bound
+(``KernelSpec.bounded_registers``), the bound, and ptxas's registers and spills:
+how the search's pruning by registers compares with the compiler's.
+
+    python3 scripts/sass_mix.py atb:complex128:50:50 --candidates 16
+
+Needs nvcc (found as the package finds it) and cuobjdump on PATH (not for ``--candidates``). Where the CUDA toolkit has no cuobjdump (this
 repository's CPU machine), PyPI's wheel carries one:
 ``pip download --no-deps nvidia-cuda-cuobjdump`` and unzip it.
 """
@@ -30,7 +38,7 @@ import subprocess
 import tempfile
 
 from jax_tsmm import _cuda, _kernels, bench
-from jax_tsmm.codegen import module_source
+from jax_tsmm.codegen import KernelSpec, Problem, module_source, search
 
 # The instructions that do a kernel's arithmetic, in order of preference: the first
 # kind a kernel has marks its inner step.
@@ -61,20 +69,28 @@ def halves(opcodes: list[str]) -> tuple[str, list[list[str]]]:
     return "", []
 
 
+def compile_with_usage(specs: list, source: pathlib.Path) -> tuple[pathlib.Path, dict[str, tuple[int, int]]]:
+    """``specs`` in one module, compiled as the package compiles them with ``-Xptxas
+    -v``: the cubin, and per entry function ptxas's registers and bytes spilled."""
+    source.write_text(module_source(specs))
+    cubin = source.with_suffix(".cubin")
+    built = subprocess.run([_kernels.nvcc(), "-cubin", *_kernels.target_flags(specs, _cuda.arch()), "-O3",
+                            "-Xptxas", "-v", "-o", str(cubin), str(source)], capture_output=True, text=True, check=True)
+    usage = {}
+    for entry in re.split(r"(?=Compiling entry function ')", built.stderr)[1:]:
+        name = re.match(r"Compiling entry function '(\w+)'", entry)[1]
+        usage[name] = (int(re.search(r"Used (\d+) registers", entry)[1]),
+                       int(re.search(r"(\d+) bytes spill stores", entry)[1]))
+    return cubin, usage
+
+
 def report(shape: str, spec, work: pathlib.Path) -> str:
     if spec is None:
         return f"{shape}: XLA's dot"
-    source = work / f"{spec.name}.cu"
-    source.write_text(module_source([spec]))
-    cubin = source.with_suffix(".cubin")
-    built = subprocess.run([_kernels.nvcc(), "-cubin", *_kernels.target_flags([spec], _cuda.arch()), "-O3",
-                            "-Xptxas", "-v", "-o", str(cubin), str(source)], capture_output=True, text=True, check=True)
-    usage = "; ".join(f"{name}: {regs} registers, {spills} bytes spilled" for name, regs, spills in zip(
-        re.findall(r"Compiling entry function '(\w+)'", built.stderr),
-        re.findall(r"Used (\d+) registers", built.stderr),
-        re.findall(r"(\d+) bytes spill stores", built.stderr)))
+    cubin, usage = compile_with_usage([spec], work / f"{spec.name}.cu")
+    usage = "; ".join(f"{name}: {regs} registers, {spills} bytes spilled" for name, (regs, spills) in usage.items())
     sass = subprocess.run(["cuobjdump", "-sass", str(cubin)], capture_output=True, text=True, check=True).stdout
-    source.with_suffix(".sass").write_text(sass)
+    cubin.with_suffix(".sass").write_text(sass)
     kind, parts = halves(instructions(sass))
     lines = [f"{shape}: {spec.name}", f"  {usage}"]
     for label, part in zip(("first copy", "second copy"), parts):
@@ -87,18 +103,48 @@ def report(shape: str, spec, work: pathlib.Path) -> str:
     return "\n".join(lines)
 
 
+def problem_of(shape: str) -> Problem:
+    op, dtype, m, n = shape.split(":")
+    return Problem("ab" if op == "ab_update" else op, dtype, int(m), int(n), update=op == "ab_update")
+
+
+def candidates_report(shape: str, limit: int, work: pathlib.Path) -> str:
+    """The search's first ``limit`` candidates for ``shape``: registers by the
+    estimate, under a bound and by ptxas (at the bound their launch bounds set)."""
+    problem = problem_of(shape)
+    specs = [KernelSpec(problem, c) for c in search.candidates(problem, limit, _cuda.arch())]
+    _, usage = compile_with_usage(specs, work / f"candidates-{shape.replace(':', '-')}.cu")
+    lines = [f"{shape}: the search's first {len(specs)} candidates"]
+    for spec in specs:
+        c = spec.config
+        registers, spilled = usage[spec.name]
+        bound = search.launch_bound_registers(spec.threads, c.blocks_per_sm)
+        lines.append(f"  {spec.name} ({c.tile_m}x{c.tile_n}, row groups {c.row_groups}, {c.stages} stages of "
+                     f"{c.rows_per_stage} rows, {c.stage_copy}, {c.blocks_per_sm} per SM"
+                     + "".join(f", {flag}" for flag in ("mma", "tf32x3", "wgmma", "gauss", "fma_edges", "lone_transposed")
+                               if getattr(c, flag))
+                     + f"): {spec.threads} threads, estimate {spec.estimated_registers()}, under a bound "
+                     f"{spec.bounded_registers()}, bound {bound}; ptxas {registers} registers, {spilled} bytes spilled")
+    return "\n".join(lines)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("shapes", nargs="+", help="op:dtype:M:N, op in atb, ab, ab_update")
     parser.add_argument("--model", action="store_true", help="the model's kernels, ignoring the tuning database")
     parser.add_argument("--device", default="", help='the GPU model whose dispatch picks (e.g. "NVIDIA H200")')
     parser.add_argument("--dump", help="a directory for the sources, cubins and SASS listings (else temporary)")
+    parser.add_argument("--candidates", type=int, default=0,
+                        help="the search's first N candidates instead: registers by the estimate and by ptxas")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as scratch:
         work = pathlib.Path(args.dump or scratch)
         work.mkdir(parents=True, exist_ok=True)
         for shape in args.shapes:
-            print(report(shape, kernel_of(shape, args.model, args.device), work), flush=True)
+            if args.candidates:
+                print(candidates_report(shape, args.candidates, work), flush=True)
+            else:
+                print(report(shape, kernel_of(shape, args.model, args.device), work), flush=True)
 
 
 if __name__ == "__main__":

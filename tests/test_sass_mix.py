@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import pathlib
+import re
 import shutil
 
 import pytest
@@ -37,3 +38,15 @@ def test_reports_a_compiled_kernel(tmp_path):
     text = sass_mix.report("atb:float64:64:64", sass_mix.kernel_of("atb:float64:64:64", True, ""), tmp_path)
     assert "DMMA" in text and "0 bytes spilled" in text
     assert list(tmp_path.glob("*.sass"))
+
+
+@pytest.mark.nvcc
+def test_reports_the_search_candidates_registers(tmp_path):
+    """--candidates: the search's first candidates for float64 atb 8x8, compiled in one
+    module, each with its estimate, its launch bound and ptxas's count within it."""
+    lines = sass_mix.candidates_report("atb:float64:8:8", 3, tmp_path).splitlines()
+    assert lines[0] == "atb:float64:8:8: the search's first 3 candidates" and len(lines) == 4
+    for line in lines[1:]:
+        bound, registers = map(int, re.search(r"estimate \d+, under a bound \d+, bound (\d+); ptxas (\d+) registers",
+                                              line).groups())
+        assert 0 < registers <= bound, line
