@@ -23,8 +23,9 @@ how the search's pruning by registers compares with the compiler's.
 
     python3 scripts/sass_mix.py atb:complex128:50:50 --candidates 16
 
-Needs nvcc (found as the package finds it) and cuobjdump on PATH (not for ``--candidates``). Where the CUDA toolkit has no cuobjdump (this
-repository's CPU machine), PyPI's wheel carries one:
+Needs nvcc (found as the package finds it) and cuobjdump on PATH (not for
+``--candidates``). Where the CUDA toolkit has no cuobjdump (this repository's CPU
+machine), PyPI's wheel carries one:
 ``pip download --no-deps nvidia-cuda-cuobjdump`` and unzip it.
 """
 
