@@ -368,9 +368,9 @@ def neighbours(problem: Problem, config: Config, arch: str = "sm_90") -> list[Co
     and the stage copies, and for ab's cp.async ring the order of its chunks
     (Config.ring_takes_chunks): the tuner's local search around its fastest
     candidate (benchmarking every candidate, as Tensile does, on a neighbourhood
-    instead of the whole space). Rows per stage follow a change of row groups pass for pass,
-    and blocks per SM fall with a step whose blocks no longer fit as many times
-    (``_fitted_steps``)."""
+    instead of the whole space). Rows per stage follow a change of row groups pass
+    for pass, and blocks per SM fall with a step whose blocks no longer fit as many
+    times (``_fitted_steps``)."""
     c = config
     start = KernelSpec(problem, c)
     passes = c.rows_per_stage // start.rows_per_pass

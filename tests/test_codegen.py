@@ -343,12 +343,8 @@ def test_gauss_edges_fit_a_launch_bound_below_their_estimate(tmp_path):
     assert spec.threads == 384 and spec.bounded_registers() <= bound < spec.estimated_registers()
     assert not any(c.gauss and c.fma_edges and c.row_groups == 2 and (c.tile_m, c.tile_n) == (2, 3)
                    for c in candidates(Problem("atb", "complex128", 51, 51), 16))
-    source = tmp_path / "edged.cu"
-    source.write_text(module_source([spec]))
-    result = subprocess.run([_kernels.nvcc(), "-cubin", *_kernels.target_flags([spec], "sm_90"), "-O3", "-Xptxas",
-                             "-v", "-o", str(tmp_path / "edged.cubin"), str(source)], capture_output=True, text=True)
-    assert result.returncode == 0, result.stderr
-    report = result.stderr[result.stderr.index(f"entry function '{spec.name}'"):]
+    stderr = _nvcc_compile([spec], tmp_path).stderr
+    report = stderr[stderr.index(f"entry function '{spec.name}'"):]
     registers, spilled = (re.search(pattern, report)[1]
                           for pattern in (r"Used (\d+) registers", r"(\d+) bytes spill stores"))
     assert int(registers) <= bound and spilled == "0", report
@@ -1174,9 +1170,10 @@ def test_later_fields_at_their_defaults_leave_sources_and_names_as_before():
 
 
 def _nvcc_compile(specs, tmp_path):
+    """``specs`` compiled for sm_90, warning-free; stderr holds ptxas's register and spill report."""
     source = tmp_path / "sample.cu"
     source.write_text(module_source(specs))
-    command = [_kernels.nvcc(), "-cubin", "-arch=sm_90", "-O3", "-Werror", "all-warnings",
+    command = [_kernels.nvcc(), "-cubin", "-arch=sm_90", "-O3", "-Werror", "all-warnings", "-Xptxas", "-v",
                "-o", str(tmp_path / "sample.cubin"), str(source)]
     result = subprocess.run(command, capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
