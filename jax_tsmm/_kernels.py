@@ -11,6 +11,7 @@ import functools
 import hashlib
 import os
 import pathlib
+import re
 import shutil
 import subprocess
 import tempfile
@@ -85,29 +86,63 @@ def target_flags(specs: list[KernelSpec] | list[MtsmSpec], arch: str) -> list[st
     return ["-gencode=arch=compute_90a,code=sm_90a"]
 
 
+def _module_source(specs: list[KernelSpec] | list[MtsmSpec]) -> str:
+    return (mtsm_module_source if isinstance(specs[0], MtsmSpec) else module_source)(specs)
+
+
+def _nvcc(specs: list[KernelSpec] | list[MtsmSpec], arch: str, source: pathlib.Path, cubin: pathlib.Path,
+          *flags: str) -> subprocess.CompletedProcess:
+    """nvcc on ``source`` into ``cubin`` as the package compiles ``specs``, with ``flags``
+    besides; KernelBuildError with the compiler's log where it fails."""
+    command = [nvcc(), "-cubin", *target_flags(specs, arch), "-O3", *flags, "-o", str(cubin), str(source)]
+    result = subprocess.run(command, capture_output=True, text=True)
+    if result.returncode != 0:
+        names = ", ".join(spec.name for spec in specs)
+        raise KernelBuildError(
+            f"jax_tsmm: compiling kernel {names} for {arch} failed "
+            f"({' '.join(command)}):\n{result.stderr}{result.stdout}"
+        )
+    return result
+
+
 def compile_module(specs: list[KernelSpec] | list[MtsmSpec], arch: str) -> pathlib.Path:
     """Generate and compile ``specs`` (atb/ab or mtsm specs, one kind per module)
     into one cubin, through the on-disk cache."""
-    source = (mtsm_module_source if isinstance(specs[0], MtsmSpec) else module_source)(specs)
+    source = _module_source(specs)
     key = hashlib.sha256("\0".join((source, arch, compiler_version())).encode()).hexdigest()[:24]
     target = cache_dir() / f"{specs[0].name}_{arch}_{key}.cubin"
     if target.exists():
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
-    names = ", ".join(spec.name for spec in specs)
     with tempfile.TemporaryDirectory(dir=target.parent) as work:
         src = pathlib.Path(work) / "kernels.cu"
         src.write_text(source)
         out = pathlib.Path(work) / "kernels.cubin"
-        command = [nvcc(), "-cubin", *target_flags(specs, arch), "-O3", "-o", str(out), str(src)]
-        result = subprocess.run(command, capture_output=True, text=True)
-        if result.returncode != 0:
-            raise KernelBuildError(
-                f"jax_tsmm: compiling kernel {names} for {arch} failed "
-                f"({' '.join(command)}):\n{result.stderr}{result.stdout}"
-            )
+        _nvcc(specs, arch, src, out)
         os.replace(out, target)  # atomic: concurrent processes never see half a file
     return target
+
+
+def compile_with_report(specs: list[KernelSpec] | list[MtsmSpec], arch: str, source: pathlib.Path,
+                        *flags: str) -> tuple[pathlib.Path, str]:
+    """``specs`` generated into ``source`` and compiled next to it as compile_module
+    compiles them, outside the cache, with ptxas's register and spill report
+    (``-Xptxas -v``) and ``flags`` besides (e.g. ``-Werror all-warnings``): the cubin and
+    the compiler's report, for tests and tools that read what ptxas made of a kernel."""
+    source.write_text(_module_source(specs))
+    cubin = source.with_suffix(".cubin")
+    return cubin, _nvcc(specs, arch, source, cubin, "-Xptxas", "-v", *flags).stderr
+
+
+def ptxas_usage(report: str) -> dict[str, tuple[int, int]]:
+    """Per entry function of a compile_with_report report: the registers ptxas gave it
+    and the bytes it spilled (spill stores)."""
+    usage = {}
+    for entry in re.split(r"(?=Compiling entry function ')", report)[1:]:
+        name = re.match(r"Compiling entry function '(\w+)'", entry)[1]
+        usage[name] = (int(re.search(r"Used (\d+) registers", entry)[1]),
+                       int(re.search(r"(\d+) bytes spill stores", entry)[1]))
+    return usage
 
 
 def precompile(specs: list[KernelSpec | MtsmSpec], arch: str) -> None:

@@ -39,7 +39,7 @@ import subprocess
 import tempfile
 
 from jax_tsmm import _cuda, _kernels, bench
-from jax_tsmm.codegen import KernelSpec, Problem, module_source, search
+from jax_tsmm.codegen import KernelSpec, Problem, search
 
 # The instructions that do a kernel's arithmetic, in order of preference: the first
 # kind a kernel has marks its inner step.
@@ -70,25 +70,11 @@ def halves(opcodes: list[str]) -> tuple[str, list[list[str]]]:
     return "", []
 
 
-def compile_with_usage(specs: list, source: pathlib.Path) -> tuple[pathlib.Path, dict[str, tuple[int, int]]]:
-    """``specs`` in one module, compiled as the package compiles them with ``-Xptxas
-    -v``: the cubin, and per entry function ptxas's registers and bytes spilled."""
-    source.write_text(module_source(specs))
-    cubin = source.with_suffix(".cubin")
-    built = subprocess.run([_kernels.nvcc(), "-cubin", *_kernels.target_flags(specs, _cuda.arch()), "-O3",
-                            "-Xptxas", "-v", "-o", str(cubin), str(source)], capture_output=True, text=True, check=True)
-    usage = {}
-    for entry in re.split(r"(?=Compiling entry function ')", built.stderr)[1:]:
-        name = re.match(r"Compiling entry function '(\w+)'", entry)[1]
-        usage[name] = (int(re.search(r"Used (\d+) registers", entry)[1]),
-                       int(re.search(r"(\d+) bytes spill stores", entry)[1]))
-    return cubin, usage
-
-
 def report(shape: str, spec, work: pathlib.Path) -> str:
     if spec is None:
         return f"{shape}: XLA's dot"
-    cubin, usage = compile_with_usage([spec], work / f"{spec.name}.cu")
+    cubin, built = _kernels.compile_with_report([spec], _cuda.arch(), work / f"{spec.name}.cu")
+    usage = _kernels.ptxas_usage(built)
     usage = "; ".join(f"{name}: {regs} registers, {spills} bytes spilled" for name, (regs, spills) in usage.items())
     sass = subprocess.run(["cuobjdump", "-sass", str(cubin)], capture_output=True, text=True, check=True).stdout
     cubin.with_suffix(".sass").write_text(sass)
@@ -114,7 +100,8 @@ def candidates_report(shape: str, limit: int, work: pathlib.Path) -> str:
     estimate, under a bound and by ptxas (at the bound their launch bounds set)."""
     problem = problem_of(shape)
     specs = [KernelSpec(problem, c) for c in search.candidates(problem, limit, _cuda.arch())]
-    _, usage = compile_with_usage(specs, work / f"candidates-{shape.replace(':', '-')}.cu")
+    _, built = _kernels.compile_with_report(specs, _cuda.arch(), work / f"candidates-{shape.replace(':', '-')}.cu")
+    usage = _kernels.ptxas_usage(built)
     lines = [f"{shape}: the search's first {len(specs)} candidates"]
     for spec in specs:
         c = spec.config

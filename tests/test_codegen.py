@@ -8,7 +8,6 @@ import contextlib
 import dataclasses
 import itertools
 import re
-import subprocess
 
 import numpy as np
 import pytest
@@ -343,11 +342,9 @@ def test_gauss_edges_fit_a_launch_bound_below_their_estimate(tmp_path):
     assert spec.threads == 384 and spec.bounded_registers() <= bound < spec.estimated_registers()
     assert not any(c.gauss and c.fma_edges and c.row_groups == 2 and (c.tile_m, c.tile_n) == (2, 3)
                    for c in candidates(Problem("atb", "complex128", 51, 51), 16))
-    stderr = _nvcc_compile([spec], tmp_path).stderr
-    report = stderr[stderr.index(f"entry function '{spec.name}'"):]
-    registers, spilled = (re.search(pattern, report)[1]
-                          for pattern in (r"Used (\d+) registers", r"(\d+) bytes spill stores"))
-    assert int(registers) <= bound and spilled == "0", report
+    report = _nvcc_compile([spec], tmp_path)
+    registers, spilled = _kernels.ptxas_usage(report)[spec.name]
+    assert registers <= bound and spilled == 0, report
 
 
 @pytest.mark.parametrize("dtype, gauss", [("float64", False), ("complex128", True)])
@@ -1169,15 +1166,10 @@ def test_later_fields_at_their_defaults_leave_sources_and_names_as_before():
     assert spec.source_fields == before
 
 
-def _nvcc_compile(specs, tmp_path):
-    """``specs`` compiled for sm_90, warning-free; stderr holds ptxas's register and spill report."""
-    source = tmp_path / "sample.cu"
-    source.write_text(module_source(specs))
-    command = [_kernels.nvcc(), "-cubin", "-arch=sm_90", "-O3", "-Werror", "all-warnings", "-Xptxas", "-v",
-               "-o", str(tmp_path / "sample.cubin"), str(source)]
-    result = subprocess.run(command, capture_output=True, text=True)
-    assert result.returncode == 0, result.stderr
-    return result
+def _nvcc_compile(specs, tmp_path) -> str:
+    """``specs`` compiled for sm_90 as the package compiles them, warning-free: ptxas's
+    register and spill report."""
+    return _kernels.compile_with_report(specs, "sm_90", tmp_path / "sample.cu", "-Werror", "all-warnings")[1]
 
 
 @pytest.mark.nvcc
@@ -1237,15 +1229,10 @@ def test_wgmma_kernels_compile_for_sm90a_without_spills(tmp_path):
                                          (112, 24, 1, "bulk", 128), (104, 48, 1, "bulk", 64),
                                          (128, 64, 1, "vector", 64))]
     assert {len(s.wgmma_groups) for s in specs} == {1, 2}
-    source = tmp_path / "wgmma.cu"
-    source.write_text(module_source(specs))
-    command = [_kernels.nvcc(), "-cubin", *_kernels.target_flags(specs, "sm_90"), "-O3", "-Werror", "all-warnings",
-               "-Xptxas", "-v", "-o", str(tmp_path / "wgmma.cubin"), str(source)]
-    result = subprocess.run(command, capture_output=True, text=True)
-    assert result.returncode == 0, result.stderr
-    spills = re.findall(r"(\d+) bytes spill stores", result.stderr)
-    assert len(spills) == len(specs) and set(spills) == {"0"}, result.stderr
-    assert result.stderr.count("warpgroup.arrive is injected") <= 4 * len(specs), result.stderr
+    report = _nvcc_compile(specs, tmp_path)
+    usage = _kernels.ptxas_usage(report)
+    assert len(usage) == len(specs) and all(spilled == 0 for _, spilled in usage.values()), report
+    assert report.count("warpgroup.arrive is injected") <= 4 * len(specs), report
 
 
 @pytest.mark.nvcc

@@ -12,7 +12,6 @@ import dataclasses
 import functools
 import json
 import re
-import subprocess
 
 import jax
 import jax.numpy as jnp
@@ -599,16 +598,12 @@ def test_an_untuned_width_follows_its_tuned_neighbours(monkeypatch):
         assert mtsm_select("float32", False, 12, False, 1000).config == model_12
 
 
-def compile_for_sm90(tmp_path, specs) -> tuple[str, subprocess.CompletedProcess]:
-    """(the module's source, nvcc's run with ptxas's register and spill report) for sm_90."""
+def compile_for_sm90(tmp_path, specs) -> tuple[str, dict[str, tuple[int, int]], str]:
+    """The module's source, compiled for sm_90 as the package compiles it: its source,
+    ptxas's registers and spills per entry function, and ptxas's whole report."""
     source = tmp_path / "mtsm.cu"
-    source.write_text(mtsm_codegen.module_source(specs))
-    result = subprocess.run(
-        [_kernels.nvcc(), "-cubin", *_kernels.target_flags(specs, "sm_90"), "-O3", "-Xptxas", "-v",
-         "-o", str(tmp_path / "mtsm.cubin"), str(source)],
-        capture_output=True, text=True,
-    )
-    return source.read_text(), result
+    _, report = _kernels.compile_with_report(specs, "sm_90", source)
+    return source.read_text(), _kernels.ptxas_usage(report), report
 
 
 @pytest.mark.nvcc
@@ -620,11 +615,10 @@ def compile_for_sm90(tmp_path, specs) -> tuple[str, subprocess.CompletedProcess]
      (True, "float64", 64, False), (False, "float64", 40, False)],
 )
 def test_kernels_compile_without_spills(tmp_path, transpose_a, dtype, n, conj):
-    _, result = compile_for_sm90(tmp_path, [mtsm_select(dtype, transpose_a, n, conj, 8192)])
-    assert result.returncode == 0, result.stderr
-    assert " 0 bytes spill stores" in result.stderr and "bytes spill stores" in result.stderr
-    assert all(line.strip().startswith("0 bytes stack frame") for line in result.stderr.splitlines()
-               if "stack frame" in line), result.stderr
+    _, usage, report = compile_for_sm90(tmp_path, [mtsm_select(dtype, transpose_a, n, conj, 8192)])
+    assert usage and all(spilled == 0 for _, spilled in usage.values()), report
+    assert all(line.strip().startswith("0 bytes stack frame") for line in report.splitlines()
+               if "stack frame" in line), report
 
 
 @pytest.mark.nvcc
@@ -634,10 +628,9 @@ def test_tf32_candidates_compile_without_spills(tmp_path, transpose_a, n):
     problem = mtsm_codegen.MtsmProblem(transpose_a, "float32", n)
     specs = [mtsm_codegen.MtsmSpec(problem, c) for c in search.mtsm_candidates(problem, 12) if c.tf32x3]
     assert specs
-    source, result = compile_for_sm90(tmp_path, specs)
-    assert result.returncode == 0, result.stderr
+    source, usage, report = compile_for_sm90(tmp_path, specs)
     assert "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32" in source
-    assert result.stderr.count(" 0 bytes spill stores") == result.stderr.count("bytes spill stores") == 2 * len(specs)
+    assert len(usage) == 2 * len(specs) and all(spilled == 0 for _, spilled in usage.values()), report
 
 
 @pytest.mark.nvcc
@@ -648,12 +641,11 @@ def test_wgmma_candidates_compile_without_spills(tmp_path, transpose_a, n):
     problem = mtsm_codegen.MtsmProblem(transpose_a, "float32", n)
     specs = [mtsm_codegen.MtsmSpec(problem, c) for c in search.mtsm_candidates(problem, 12) if c.wgmma]
     assert specs and all(spec.arch_specific for spec in specs)
-    source, result = compile_for_sm90(tmp_path, specs)
-    assert result.returncode == 0, result.stderr
+    source, usage, report = compile_for_sm90(tmp_path, specs)
     assert f"wgmma.mma_async.sync.aligned.m64n{-(-n // 8) * 8}k8.f32.tf32.tf32" in source
-    assert "Potential Performance Loss" not in result.stderr  # ptxas would serialize the products in flight
+    assert "Potential Performance Loss" not in report  # ptxas would serialize the products in flight
     assert not any("tsmm_mma_tf32(" in mtsm_codegen.kernel_source(spec) for spec in specs)
-    assert result.stderr.count(" 0 bytes spill stores") == result.stderr.count("bytes spill stores") == 2 * len(specs)
+    assert len(usage) == 2 * len(specs) and all(spilled == 0 for _, spilled in usage.values()), report
 
 
 def cuda_hlo(fn, *args) -> str:
