@@ -599,8 +599,8 @@ def test_an_untuned_width_follows_its_tuned_neighbours(monkeypatch):
 
 
 def compile_for_sm90(tmp_path, specs) -> tuple[str, dict[str, tuple[int, int]], str]:
-    """The module's source, compiled for sm_90 as the package compiles it: its source,
-    ptxas's registers and spills per entry function, and ptxas's whole report."""
+    """``specs`` compiled for sm_90 as the package compiles them: the module's source,
+    ptxas's registers and spills per entry function, and its whole report."""
     source = tmp_path / "mtsm.cu"
     _, report = _kernels.compile_with_report(specs, "sm_90", source)
     return source.read_text(), _kernels.ptxas_usage(report), report
