@@ -38,17 +38,22 @@ import re
 import subprocess
 import tempfile
 
-from jax_tsmm import _cuda, _kernels, bench
-from jax_tsmm.codegen import KernelSpec, Problem, search
+from jax_tsmm import _cuda, _dispatch, _kernels, bench
+from jax_tsmm.codegen import KernelSpec, search
 
 # The instructions that do a kernel's arithmetic, in order of preference: the first
 # kind a kernel has marks its inner step.
 STEP_INSTRUCTIONS = ("DMMA", "HMMA", "DFMA", "FFMA")
 
 
-def kernel_of(shape: str, model: bool, device: str):
+def parse_shape(shape: str) -> tuple[str, str, int, int]:
+    """op:dtype:M:N as (op, dtype, M, N)."""
     op, dtype, m, n = shape.split(":")
-    m, n = int(m), int(n)
+    return op, dtype, int(m), int(n)
+
+
+def kernel_of(shape: str, model: bool, device: str):
+    op, dtype, m, n = parse_shape(shape)
     with bench.dispatch_context(model):
         return bench.timed_kernel(op, dtype, m, n, bench.problem_rows(m, n, dtype), device)
 
@@ -74,8 +79,8 @@ def report(shape: str, spec, work: pathlib.Path) -> str:
     if spec is None:
         return f"{shape}: XLA's dot"
     cubin, built = _kernels.compile_with_report([spec], _cuda.arch(), work / f"{spec.name}.cu")
-    usage = _kernels.ptxas_usage(built)
-    usage = "; ".join(f"{name}: {regs} registers, {spills} bytes spilled" for name, (regs, spills) in usage.items())
+    usage = "; ".join(f"{name}: {regs} registers, {spills} bytes spilled"
+                      for name, (regs, spills) in _kernels.ptxas_usage(built).items())
     sass = subprocess.run(["cuobjdump", "-sass", str(cubin)], capture_output=True, text=True, check=True).stdout
     cubin.with_suffix(".sass").write_text(sass)
     kind, parts = halves(instructions(sass))
@@ -90,15 +95,10 @@ def report(shape: str, spec, work: pathlib.Path) -> str:
     return "\n".join(lines)
 
 
-def problem_of(shape: str) -> Problem:
-    op, dtype, m, n = shape.split(":")
-    return Problem("ab" if op == "ab_update" else op, dtype, int(m), int(n), update=op == "ab_update")
-
-
 def candidates_report(shape: str, limit: int, work: pathlib.Path) -> str:
     """The search's first ``limit`` candidates for ``shape``: registers by the
     estimate, under a bound and by ptxas (at the bound their launch bounds set)."""
-    problem = problem_of(shape)
+    problem = _dispatch.named_problem(*parse_shape(shape))
     specs = [KernelSpec(problem, c) for c in search.candidates(problem, limit, _cuda.arch())]
     _, built = _kernels.compile_with_report(specs, _cuda.arch(), work / f"candidates-{shape.replace(':', '-')}.cu")
     usage = _kernels.ptxas_usage(built)
