@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import json
+import pathlib
 
 import jax
 import jax.numpy as jnp
@@ -453,11 +454,11 @@ def edge_spec(dtype, m, n, tile_m, tile_n, row_groups, stage_copy, tf32x3) -> Ke
 
 
 def selected_kernels(items, test_name: str) -> list[KernelSpec]:
-    """The kernels the selected ``items`` of ``test_name``, a family of KERNEL_FAMILIES,
-    run: each once."""
+    """The kernels the selected ``items`` of ``test_name`` in this module, a family of
+    KERNEL_FAMILIES, run: each once (test_mtsm_gpu.py has a test_tuned_kernels too)."""
     names, kernels_of = KERNEL_FAMILIES[test_name]
     cases = {tuple(item.callspec.params[name] for name in names) for item in items
-             if getattr(item, "originalname", "") == test_name}
+             if getattr(item, "originalname", "") == test_name and item.path.name == pathlib.Path(__file__).name}
     return list(dict.fromkeys(spec for case in cases for spec in kernels_of(*case)))
 
 
