@@ -21,7 +21,7 @@ roofline and XLA's time; where XLA wins, the entry says so and dispatch uses
 XLA. ab's fused update (``--ops ab_update``: V − Q C in place, against XLA's
 dot and a separate elementwise pass) has entries of its own, tuned alike.
 mtsm (``--ops mtsm,mtsm_t``, N from ``--shapes``) is tuned the same way
-over ``codegen.search.mtsm_candidates``, at M = K = 1024, 2048, 8192 and 16384 (its K
+over ``codegen.search.mtsm_candidates``, at M = K = 1024, 2048, 8192, 16384 and 30720 (its K
 ranges, MTSM_K_RANGES). Each K range is saved as it is done, so an interrupted
 run keeps its finished ranges and resumes past finished problems (``--again``
 tunes them anew, e.g. after new kernel options).
@@ -78,20 +78,16 @@ K_RANGES = ((0, 1 << 16), (1 << 18, 1 << 20), (1 << 22, None))
 # mtsm's, as (from a call's size, M = K timed), a call's size being the M = K of the
 # square problem with as many elements of A (_mtsm.problem_size): 1024 and 2048 for
 # the sizes below the benchmark's (their fixed costs weigh: on an H100 kernels timed
-# at 8192 ran 0.82x XLA at 2048, and kernels timed at 2048 0.74x at 1024), the
-# benchmark's smallest size, and its middle one for the two larger (their kernels are
-# alike, and a 30720-square matrix takes four times as long to time).
-MTSM_K_RANGES = ((0, 1024), (1536, 2048), (4096, 8192), (16384, 16384))
+# at 8192 ran 0.82x XLA at 2048, and kernels timed at 2048 0.74x at 1024), and the
+# benchmark's three: XLA's dot picks other kernels at each (on an H200, 2026-11-29,
+# float64 A X at N = 8 ran 1.05x XLA at 16384 and 0.97x at 30720 on one kernel; a
+# 30720-square matrix takes four times as long to time, and where that range has no
+# entry the 16384 range's serves it).
+MTSM_K_RANGES = ((0, 1024), (1536, 2048), (4096, 8192), (16384, 16384), (24576, 30720))
 # How much faster than XLA's dot an mtsm kernel must run where it is timed to take
-# a range: each range serves sizes up to twice (the largest, every size) its own,
-# where cuBLAS picks other kernels. On an H200 (2026-11-29) float64 A X at N = 32
-# ran 1 % faster than XLA at 16384 and 0.91x XLA at 30720.
+# a range, which serves sizes up to 1.5-2x its own: on an H200 (2026-11-29) float64
+# A X at N = 32 ran 1 % faster than XLA at 16384 and 0.91x XLA at 30720.
 MTSM_MARGIN = 0.03
-# The benchmark's largest size, which the largest range serves without being timed
-# there: its winner is timed against XLA's dot there too, and keeps the range only
-# where it is not slower (on an H200, float64 A X at N = 8 ran 1.05x XLA at 16384
-# and 0.97x at 30720, 2026-11-29).
-MTSM_CHECK_SIZE = 30720
 MTSM_OPS = ("mtsm", "mtsm_t")
 K_ALIGNED = 1 << 22  # where the largest range's atb winner is timed against XLA once more
 # A candidate whose result differs from XLA's by more than this, relative in the
@@ -374,9 +370,7 @@ def tune_mtsm_problem(problem: MtsmProblem, ceilings: dict, limit: int, arch: st
     M = K = its size: the fastest of ``codegen.search.mtsm_candidates``, dispatch's
     kernel before this run, on this GPU and on the architecture's other GPU models,
     and ``refine`` rounds of their neighbours, or XLA where the fastest was not
-    MTSM_MARGIN faster or, in the largest range, was slower at MTSM_CHECK_SIZE
-    (``mtsm_checked_at_largest_size``); ``on_entry`` receives each range's entry
-    as soon as it is known."""
+    MTSM_MARGIN faster; ``on_entry`` receives each range's entry as soon as it is known."""
     specs = [MtsmSpec(problem, c) for c in mtsm_candidates(problem, limit, arch)]
     ours, xla = bench.mtsm_operations(problem.transpose_a)
 
@@ -392,30 +386,10 @@ def tune_mtsm_problem(problem: MtsmProblem, ceilings: dict, limit: int, arch: st
         xla_s = bench.seconds_per_call(xla, sets, roof)
         extra, incumbent = mtsm_opening_specs(problem, specs, size, arch, device)
         timings = time_candidates(specs + extra, incumbent, ours, xla, sets, roof, arch, refine, neighbours_of)
-        entry = _entry(index, range_min, size, timings, xla_s, roof, MTSM_MARGIN)
+        entries.append(_entry(index, range_min, size, timings, xla_s, roof, MTSM_MARGIN))
+        on_entry(entries[-1])
         del sets
-        if index == len(MTSM_K_RANGES) - 1 and entry["config"] is not None and size < MTSM_CHECK_SIZE:
-            entry.update(mtsm_checked_at_largest_size(problem, min(timings, key=lambda t: t[0])[1], ceilings, ours, xla))
-        entries.append(entry)
-        on_entry(entry)
     return entries
-
-
-def mtsm_checked_at_largest_size(problem: MtsmProblem, spec: MtsmSpec, ceilings: dict, ours, xla) -> dict:
-    """The largest range's winner against XLA's dot at M = K = MTSM_CHECK_SIZE, which
-    the range serves: the times there, and XLA's dot for the range (config None)
-    where the winner was slower. ``ours`` and ``xla`` are the timed calls
-    (``bench.mtsm_operations``)."""
-    size = MTSM_CHECK_SIZE
-    sets = bench.mtsm_operand_sets(problem.dtype, size, size, problem.n, seed=size)
-    roof = bench.mtsm_roofline_seconds(problem.dtype, size, problem.n, size, ceilings)
-    xla_s = bench.seconds_per_call(xla, sets, roof)
-    with _dispatch.forced(spec):
-        ours_s = bench.seconds_per_call(ours, sets, roof)
-    print(f"  M=K={size:<8} the winner {ours_s * 1e3:8.3f} ms ({100 * roof / ours_s:5.1f}%)  "
-          f"xla {xla_s * 1e3:8.3f} ms ({100 * roof / xla_s:5.1f}%)", flush=True)
-    checked = {"checked_size": size, "checked_tsmm_s": ours_s, "checked_xla_s": xla_s}
-    return checked if ours_s < xla_s else {**checked, "config": None}
 
 
 def opening_kernels(problem: Problem | MtsmProblem, limit: int, arch: str, ranges: set[int]) -> list:

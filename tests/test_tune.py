@@ -268,7 +268,6 @@ def test_mtsm_problems_are_tuned_over_their_own_search(monkeypatch, tmp_path, fa
     size: the winner of its own candidates and their neighbours, or XLA; main
     writes them under the mtsm key, and resumes past them."""
     monkeypatch.setattr(tune, "MTSM_K_RANGES", ((0, 64), (100, 160)))
-    monkeypatch.setattr(tune, "MTSM_CHECK_SIZE", 160)  # the largest range's own: no check beyond it
     problem = MtsmProblem(True, "float32", 3)
     sizes = []
     timed = tune.bench.seconds_per_call
@@ -302,7 +301,6 @@ def test_an_mtsm_kernel_takes_a_range_only_clearly_faster_than_xla(monkeypatch):
     kernel: a kernel 1 % faster than XLA where timed leaves the range to XLA, one
     MTSM_MARGIN faster takes it."""
     monkeypatch.setattr(tune, "MTSM_K_RANGES", ((0, 64),))
-    monkeypatch.setattr(tune, "MTSM_CHECK_SIZE", 64)  # checked at its own size: nothing larger
     monkeypatch.setattr(tune.bench, "seconds_per_call", lambda op, sets, roof, **kw: 1.0)  # XLA's
     monkeypatch.setattr(tune, "mtsm_opening_specs", lambda *args: ([], None))
     problem = MtsmProblem(False, "float64", 8)
@@ -312,32 +310,6 @@ def test_an_mtsm_kernel_takes_a_range_only_clearly_faster_than_xla(monkeypatch):
         [entry] = tune.tune_mtsm_problem(problem, CEILINGS, limit=1, arch="sm_90")
         assert entry["config"] == (None if chosen is None else dataclasses.asdict(chosen))
         assert entry["tsmm_s"] == seconds and entry["xla_s"] == 1.0
-
-
-@pytest.mark.nvcc
-def test_the_largest_mtsm_ranges_winner_is_checked_at_the_largest_size(monkeypatch):
-    """The largest range serves sizes beyond its own: its winner is timed against XLA
-    at MTSM_CHECK_SIZE as well, and where it is slower there the range takes XLA's dot."""
-    monkeypatch.setattr(tune, "MTSM_K_RANGES", ((0, 64), (100, 128)))
-    monkeypatch.setattr(tune, "MTSM_CHECK_SIZE", 160)
-    problem = MtsmProblem(False, "float32", 8)
-    spec = MtsmSpec(problem, mtsm_default_config(problem))
-    monkeypatch.setattr(tune, "time_candidates", lambda *args: [(0.5, spec)])
-    monkeypatch.setattr(tune, "mtsm_opening_specs", lambda *args: ([], None))
-    for ours_s, config in ((0.9, dataclasses.asdict(spec.config)), (1.1, None)):
-        timed = []
-
-        def seconds_per_call(op, sets, roof, ours_s=ours_s, **kw):
-            forced = _dispatch.forced_spec(problem) is not None
-            timed.append((sets[0][0].shape, forced))
-            return ours_s if forced else 1.0
-
-        monkeypatch.setattr(tune.bench, "seconds_per_call", seconds_per_call)
-        small, large = tune.tune_mtsm_problem(problem, CEILINGS, limit=1, arch="sm_90")
-        assert small["config"] is not None and "checked_size" not in small  # only the largest range
-        assert large["config"] == config
-        assert (large["checked_size"], large["checked_tsmm_s"], large["checked_xla_s"]) == (160, ours_s, 1.0)
-        assert timed == [((64, 64), False), ((128, 128), False), ((160, 160), False), ((160, 160), True)]
 
 
 @pytest.mark.nvcc
