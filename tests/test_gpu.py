@@ -14,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import json
-import pathlib
+import sys
 
 import jax
 import jax.numpy as jnp
@@ -29,6 +29,7 @@ from jax_tsmm.codegen.model import wgmma_config
 from jax_tsmm.codegen.search import candidates, flat_candidates
 from jax_tsmm.codegen.spec import MAX_SHARED_BYTES, has_wgmma
 from jax import lax
+from kernel_families import selected_kernels
 from reference import ab_ref, assert_close, magnitude, poison, random_operand, reference, to_wide, unit_roundoff
 
 pytestmark = [pytest.mark.gpu, pytest.mark.usefixtures("model_kernels")]
@@ -453,19 +454,10 @@ def edge_spec(dtype, m, n, tile_m, tile_n, row_groups, stage_copy, tf32x3) -> Ke
         stage_copy=stage_copy, fma_edges=True, blocks_per_sm=1))
 
 
-def selected_kernels(items, test_name: str) -> list[KernelSpec]:
-    """The kernels the selected ``items`` of ``test_name`` in this module, a family of
-    KERNEL_FAMILIES, run: each once (test_mtsm_gpu.py has a test_tuned_kernels too)."""
-    names, kernels_of = KERNEL_FAMILIES[test_name]
-    cases = {tuple(item.callspec.params[name] for name in names) for item in items
-             if getattr(item, "originalname", "") == test_name and item.path.name == pathlib.Path(__file__).name}
-    return list(dict.fromkeys(spec for case in cases for spec in kernels_of(*case)))
-
-
 def precompile_selected(request, test_name: str) -> None:
     """Compile the kernels of the selected cases of ``test_name`` in parallel, before
     the first of them runs (scripts/precompile_tests.py compiles them ahead, anywhere)."""
-    _kernels.precompile(selected_kernels(request.session.items, test_name), _cuda.arch())
+    _kernels.precompile(selected_kernels(request.session.items, sys.modules[__name__], test_name), _cuda.arch())
 
 
 @pytest.fixture(scope="module")

@@ -226,16 +226,52 @@ SEARCHED = [(False, "float64", 3), (True, "float64", 3), (False, "float64", 40),
             (True, "float32", 32)]
 
 
-@pytest.mark.parametrize("transpose_a, dtype, n", SEARCHED)
-def test_search_candidates(transpose_a, dtype, n):
-    """Every configuration the tuner would time first for these problems (the
-    candidates, and the neighbours of the model's default), so a fast wrong kernel
-    cannot win a tuning run."""
+def searched_specs(transpose_a, dtype, n) -> list[mtsm_codegen.MtsmSpec]:
+    """The tuner's first kernels for a problem: the candidates, and the neighbours of
+    the model's default."""
     problem = mtsm_codegen.MtsmProblem(transpose_a, dtype, n)
     configs = search.mtsm_candidates(problem, 12)
     configs += [c for c in search.mtsm_neighbours(problem, configs[0]) if c not in configs]
-    specs = [mtsm_codegen.MtsmSpec(problem, c) for c in configs]
-    _run_all_forced(specs)
+    return [mtsm_codegen.MtsmSpec(problem, c) for c in configs]
+
+
+def tf32x3_specs(transpose_a, n) -> list[mtsm_codegen.MtsmSpec]:
+    """The search's two best 3xTF32 kernels on mma.sync for a float32 problem."""
+    problem = mtsm_codegen.MtsmProblem(transpose_a, "float32", n)
+    configs = [c for c in search.mtsm_candidates(problem, 64) if c.tf32x3 and not c.wgmma][:2]
+    return [mtsm_codegen.MtsmSpec(problem, c) for c in configs]
+
+
+def wgmma_specs(transpose_a, n) -> list[mtsm_codegen.MtsmSpec]:
+    """The search's best 3xTF32 kernel on wgmma of each shape of warpgroups and chunk
+    for a float32 problem."""
+    problem = mtsm_codegen.MtsmProblem(transpose_a, "float32", n)
+    shapes = {}
+    for c in search.mtsm_candidates(problem, 64):
+        if c.wgmma:
+            shapes.setdefault((c.rows_per_thread, c.row_warps, c.k_steps), c)
+    return [mtsm_codegen.MtsmSpec(problem, c) for c in shapes.values()]
+
+
+def tuned_specs(arch: str) -> list[mtsm_codegen.MtsmSpec]:
+    """Every mtsm kernel the shipped tuning databases of ``arch`` (its own and its GPU
+    models') choose."""
+    specs = []
+    for path in sorted(_dispatch.TUNING_DIR.glob(f"{arch}.*json")):
+        for key, entries in json.loads(path.read_text())["entries"].items():
+            op, dtype, n = key.split(":")
+            if op in ("mtsm", "mtsm_t"):
+                problem = mtsm_codegen.MtsmProblem(op == "mtsm_t", dtype, int(n.removeprefix("n")))
+                specs += [mtsm_codegen.MtsmSpec(problem, mtsm_codegen.MtsmConfig(**e["config"]))
+                          for e in entries if e["config"] is not None]
+    return list(dict.fromkeys(specs))
+
+
+@pytest.mark.parametrize("transpose_a, dtype, n", SEARCHED)
+def test_search_candidates(transpose_a, dtype, n):
+    """Every configuration the tuner would time first for these problems, so a fast
+    wrong kernel cannot win a tuning run."""
+    _run_all_forced(searched_specs(transpose_a, dtype, n))
 
 
 @pytest.mark.parametrize("transpose_a", (False, True))
@@ -243,10 +279,8 @@ def test_search_candidates(transpose_a, dtype, n):
 def test_tf32x3_kernels(transpose_a, n):
     """float32 on the TF32 tensor cores (3xTF32, mma.sync): the search's best such
     kernels, on ragged sizes with and without split K, within float32's error bound."""
-    problem = mtsm_codegen.MtsmProblem(transpose_a, "float32", n)
-    configs = [c for c in search.mtsm_candidates(problem, 64) if c.tf32x3 and not c.wgmma][:2]
-    assert configs
-    specs = [mtsm_codegen.MtsmSpec(problem, c) for c in configs]
+    specs = tf32x3_specs(transpose_a, n)
+    assert specs
     _run_all_forced(specs)
 
 
@@ -255,13 +289,9 @@ def test_tf32x3_kernels(transpose_a, n):
 def test_wgmma_kernels(transpose_a, n):
     """3xTF32 on wgmma: the search's best kernels of each shape of warpgroups and
     chunk, on ragged sizes with and without split K, within float32's error bound."""
-    problem = mtsm_codegen.MtsmProblem(transpose_a, "float32", n)
-    shapes = {}
-    for c in search.mtsm_candidates(problem, 64):
-        if c.wgmma:
-            shapes.setdefault((c.rows_per_thread, c.row_warps, c.k_steps), c)
-    assert shapes
-    _run_all_forced([mtsm_codegen.MtsmSpec(problem, c) for c in shapes.values()])
+    specs = wgmma_specs(transpose_a, n)
+    assert specs
+    _run_all_forced(specs)
 
 
 @pytest.mark.parametrize("transpose_a", (False, True))
@@ -287,18 +317,8 @@ def test_tf32x3_keeps_float32_accuracy_on_positive_data(transpose_a, wgmma):
 
 
 def test_tuned_kernels():
-    """Every mtsm kernel the shipped tuning databases of this architecture (its own
-    and its GPU models') choose."""
-    files = sorted(_dispatch.TUNING_DIR.glob(f"{_cuda.arch()}.*json"))
-    specs = []
-    for key, entries in (item for f in files for item in json.loads(f.read_text())["entries"].items()):
-        op, dtype, n = key.split(":")
-        if op in ("mtsm", "mtsm_t"):
-            problem = mtsm_codegen.MtsmProblem(op == "mtsm_t", dtype, int(n.removeprefix("n")))
-            specs += [mtsm_codegen.MtsmSpec(problem, mtsm_codegen.MtsmConfig(**e["config"]))
-                      for e in entries if e["config"] is not None]
-    specs = list(dict.fromkeys(specs))
-    _run_all_forced(specs)
+    """Every mtsm kernel the shipped tuning databases of this architecture choose."""
+    _run_all_forced(tuned_specs(_cuda.arch()))
 
 
 def test_fitted_kernels_of_untuned_widths(monkeypatch):
@@ -314,3 +334,14 @@ def test_fitted_kernels_of_untuned_widths(monkeypatch):
     specs = list(dict.fromkeys(spec for spec in specs if spec is not None))
     assert specs, "no untuned width takes a kernel"
     _run_all_forced(specs)
+
+
+# The families of tests whose kernels scripts/precompile_tests.py compiles ahead, on
+# any machine (for sm_90): per test, the parameters that pick a case's kernels, and
+# those kernels. test_fitted_kernels_of_untuned_widths's depend on the GPU model.
+KERNEL_FAMILIES = {
+    "test_search_candidates": (("transpose_a", "dtype", "n"), searched_specs),
+    "test_tf32x3_kernels": (("transpose_a", "n"), tf32x3_specs),
+    "test_wgmma_kernels": (("transpose_a", "n"), wgmma_specs),
+    "test_tuned_kernels": ((), lambda: tuned_specs("sm_90")),
+}
