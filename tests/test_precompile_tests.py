@@ -27,13 +27,11 @@ def test_compiles_each_kernel_of_the_selection_once(tmp_path):
 def test_compiles_the_mtsm_tests_kernels_too(tmp_path):
     """test_mtsm_gpu's search candidates at Aᵀ X, float64, N = 3: the tuner's first
     kernels for it (its candidates and the model's neighbours), each once."""
-    from jax_tsmm.codegen import mtsm, search
+    from test_mtsm_gpu import searched_specs
 
-    problem = mtsm.MtsmProblem(True, "float64", 3)
-    configs = search.mtsm_candidates(problem, 12)
-    configs = set(configs + search.mtsm_neighbours(problem, configs[0]))
+    specs = searched_specs(True, "float64", 3)
     env = dict(os.environ, JAX_TSMM_CACHE_DIR=str(tmp_path))
     done = subprocess.run([sys.executable, str(SCRIPT), "-k", "search_candidates and True-float64-3"], env=env,
                           check=True, capture_output=True, text=True)
-    assert f"{len(configs)} kernels of 1 tests for sm_90" in done.stdout
-    assert len(list(tmp_path.glob("tsmm_mtsmt_float64_n3_*.cubin"))) == len(configs)
+    assert f"{len(specs)} kernels of 1 tests for sm_90" in done.stdout
+    assert len(list(tmp_path.glob("tsmm_mtsmt_float64_n3_*.cubin"))) == len(specs)
