@@ -14,6 +14,7 @@ import functools
 import itertools
 import json
 import math
+from unittest import mock
 
 import jax
 import jax.numpy as jnp
@@ -321,27 +322,36 @@ def test_tuned_kernels():
     _run_all_forced(tuned_specs(_cuda.arch()))
 
 
-def test_fitted_kernels_of_untuned_widths(monkeypatch):
-    """Every kernel dispatch fits to an untuned N from its tuned neighbours, with
-    the shipped databases, at each size the tuner times."""
-    monkeypatch.setattr(_dispatch, "_model_only", [])  # the shipped databases, out of model_kernels
-    tuned_widths = {int(key.rpartition(":n")[2]) for key in _dispatch.database(_cuda.arch(), _cuda.device_kind())
-                    if key.startswith("mtsm")}
-    specs = [_mtsm.select(dtype, transpose_a, n, False, size, _cuda.arch(), _cuda.device_kind())
-             for transpose_a in (False, True) for dtype in DTYPES
-             for n in range(1, mtsm_codegen.MAX_N + 1) if n not in tuned_widths
-             for _, size in tune.MTSM_K_RANGES]
-    specs = list(dict.fromkeys(spec for spec in specs if spec is not None))
+def fitted_specs(arch: str, device_kind: str) -> list[mtsm_codegen.MtsmSpec]:
+    """Every kernel dispatch fits to an untuned N from its tuned neighbours, with the
+    shipped databases of GPU model ``device_kind`` of ``arch``, at each size the tuner
+    times."""
+    with mock.patch.object(_dispatch, "_model_only", []):  # the shipped databases, out of model_kernels
+        tuned_widths = {int(key.rpartition(":n")[2]) for key in _dispatch.database(arch, device_kind)
+                        if key.startswith("mtsm")}
+        specs = [_mtsm.select(dtype, transpose_a, n, False, size, arch, device_kind)
+                 for transpose_a in (False, True) for dtype in DTYPES
+                 for n in range(1, mtsm_codegen.MAX_N + 1) if n not in tuned_widths
+                 for _, size in tune.MTSM_K_RANGES]
+    return list(dict.fromkeys(spec for spec in specs if spec is not None))
+
+
+def test_fitted_kernels_of_untuned_widths():
+    """Every kernel dispatch fits to an untuned N on this GPU."""
+    specs = fitted_specs(_cuda.arch(), _cuda.device_kind())
     assert specs, "no untuned width takes a kernel"
     _run_all_forced(specs)
 
 
 # The families of tests whose kernels scripts/precompile_tests.py compiles ahead, on
 # any machine (for sm_90): per test, the parameters that pick a case's kernels, and
-# those kernels. test_fitted_kernels_of_untuned_widths's depend on the GPU model.
+# those kernels. The fitted kernels depend on the GPU model: those of every model
+# with a database of sm_90.
 KERNEL_FAMILIES = {
     "test_search_candidates": (("transpose_a", "dtype", "n"), searched_specs),
     "test_tf32x3_kernels": (("transpose_a", "n"), tf32x3_specs),
     "test_wgmma_kernels": (("transpose_a", "n"), wgmma_specs),
     "test_tuned_kernels": ((), lambda: tuned_specs("sm_90")),
+    "test_fitted_kernels_of_untuned_widths": ((), lambda: [spec for model in _dispatch.other_models("sm_90")
+                                                           for spec in fitted_specs("sm_90", model)]),
 }
