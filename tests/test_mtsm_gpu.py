@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import functools
 import itertools
-import json
 import math
 from unittest import mock
 
@@ -28,6 +27,7 @@ from jax_tsmm.codegen import mtsm as mtsm_codegen
 from jax_tsmm.codegen import search
 from reference import (DERIVATIVE_RTOL, assert_close, assert_tree_close, magnitude, poison, random_operand, reference,
                        to_wide, unit_roundoff)
+from test_mtsm import tuned_specs
 
 pytestmark = [pytest.mark.gpu, pytest.mark.usefixtures("model_kernels")]  # every case reaches its kernel
 
@@ -252,20 +252,6 @@ def wgmma_specs(transpose_a, n) -> list[mtsm_codegen.MtsmSpec]:
         if c.wgmma:
             shapes.setdefault((c.rows_per_thread, c.row_warps, c.k_steps), c)
     return [mtsm_codegen.MtsmSpec(problem, c) for c in shapes.values()]
-
-
-def tuned_specs(arch: str) -> list[mtsm_codegen.MtsmSpec]:
-    """Every mtsm kernel the shipped tuning databases of ``arch`` (its own and its GPU
-    models') choose."""
-    specs = []
-    for path in sorted(_dispatch.TUNING_DIR.glob(f"{arch}.*json")):
-        for key, entries in json.loads(path.read_text())["entries"].items():
-            op, dtype, n = key.split(":")
-            if op in ("mtsm", "mtsm_t"):
-                problem = mtsm_codegen.MtsmProblem(op == "mtsm_t", dtype, int(n.removeprefix("n")))
-                specs += [mtsm_codegen.MtsmSpec(problem, mtsm_codegen.MtsmConfig(**e["config"]))
-                          for e in entries if e["config"] is not None]
-    return list(dict.fromkeys(specs))
 
 
 @pytest.mark.parametrize("transpose_a, dtype, n", SEARCHED)
