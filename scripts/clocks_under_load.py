@@ -1,11 +1,14 @@
 """The SM clock, power and clock-event reasons while one shape runs for seconds.
 
     python3 scripts/clocks_under_load.py atb:float32:48:48 atb:float32:61:61 [--xla] [--seconds 3] [--json out.json]
+    python3 scripts/clocks_under_load.py mtsm:float64:16384:32@k_steps=8,stages=4 --xla
 
 The bench times each shape in loops of about 20 ms; a solver calls it for
-seconds. For each shape (op:dtype:M:N, op atb or ab) this runs the kernel
-dispatch picks (and with ``--xla`` then XLA's dot) on the bench's inputs (tall matrices of
-1 GiB, two rotating sets, fresh random values) in back-to-back loops of about
+seconds. For each shape (op:dtype:M:N, op atb or ab; mtsm[_t]:dtype:SIZE:N, M = K =
+SIZE, with configuration fields after an ``@`` as scripts/profile_kernels.py takes them)
+this runs the kernel dispatch picks (and with ``--xla`` then XLA's dot) on the bench's
+inputs (tall matrices of 1 GiB, two rotating sets; mtsm's the tuner's; fresh random
+values) in back-to-back loops of about
 100 ms for ``--seconds``, timing each loop, while a thread samples
 ``nvidia-smi`` (reading only: the clocks are left as they are). It prints,
 per shape, the % of roofline of the first loop, the median and the last, and
@@ -17,6 +20,7 @@ the SM clock; memory-bound ones hardly do.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import statistics
 import subprocess
@@ -25,7 +29,9 @@ import time
 
 import jax
 
-from jax_tsmm import bench
+from jax_tsmm import _dispatch, bench
+from jax_tsmm.codegen.mtsm import MtsmProblem
+from profile_kernels import mtsm_override
 
 jax.config.update("jax_enable_x64", True)
 
@@ -58,15 +64,26 @@ REASONS = {0x1: "idle", 0x4: "sw power cap", 0x8: "hw slowdown", 0x20: "sw therm
 
 
 def run_shape(shape: str, xla: bool, seconds: float, ceilings: dict, query: str) -> dict:
-    op, dtype, m, n = shape.split(":")
+    dims, _, overrides = shape.partition("@")
+    op, dtype, m, n = dims.split(":")
     m, n = int(m), int(n)
-    k = bench.problem_rows(m, n, dtype)
-    sets = bench.operand_sets(op, dtype, m, n, k, seed=m * 1000 + n)
-    ours, xla_dot = bench.operations(op)
-    best = bench.roofline_seconds(op, dtype, m, n, k, ceilings)
+    forced = None
+    if op in bench.MTSM_OPS:
+        k = m
+        sets = bench.mtsm_operand_sets(dtype, m, k, n, seed=m, transpose_a=op == "mtsm_t")
+        ours, xla_dot = bench.mtsm_operations(op == "mtsm_t")
+        best = bench.mtsm_roofline_seconds(dtype, m, n, k, ceilings)
+        if overrides:
+            forced = mtsm_override(MtsmProblem(op == "mtsm_t", dtype, n), overrides)
+    else:
+        k = bench.problem_rows(m, n, dtype)
+        sets = bench.operand_sets(op, dtype, m, n, k, seed=m * 1000 + n)
+        ours, xla_dot = bench.operations(op)
+        best = bench.roofline_seconds(op, dtype, m, n, k, ceilings)
     trips = max(2, round(0.1 / best / len(sets)))
     loop = bench._timed_loop(xla_dot if xla else ours, sets, updates_last=False)
-    jax.block_until_ready(loop(1))  # compile, warm up
+    with _dispatch.forced(forced) if forced and not xla else contextlib.nullcontext():
+        jax.block_until_ready(loop(1))  # compile (the forced kernel, if any), warm up
     samples, stop = [], threading.Event()
     sampler = threading.Thread(target=sample_forever, args=(query, samples, stop))
     sampler.start()
@@ -101,7 +118,7 @@ def run_shape(shape: str, xla: bool, seconds: float, ceilings: dict, query: str)
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("shapes", nargs="+", help="op:dtype:M:N, op atb or ab")
+    parser.add_argument("shapes", nargs="+", help="op:dtype:M:N, op atb or ab; mtsm[_t]:dtype:SIZE:N[@FIELD=V,...]")
     parser.add_argument("--xla", action="store_true", help="XLA's dot as well, after each shape")
     parser.add_argument("--seconds", type=float, default=3.0, help="how long each shape runs")
     parser.add_argument("--json", help="write the rows here")

@@ -86,13 +86,13 @@ for item in "$@"; do
       [ $name = profile_xla ] && { filter="regex:gemm|gemv|dot|cutlass|xmma"; flags=--xla; }
       [ $name = profile_model ] && flags=--model
       for shape in $args; do
-        step "${name}_${shape//:/_}" env XLA_PYTHON_CLIENT_PREALLOCATE=false timeout 120 ncu --clock-control none --kernel-name "$filter" \
+        step "${name}_${shape//[:@=,]/_}" env XLA_PYTHON_CLIENT_PREALLOCATE=false timeout 120 ncu --clock-control none --kernel-name "$filter" \
           --section SpeedOfLight --section MemoryWorkloadAnalysis --section ComputeWorkloadAnalysis \
           --section Occupancy --section LaunchStats --section WarpStateStats --section SchedulerStats \
           --section InstructionStats --print-details all \
           python3 scripts/profile_kernels.py $flags $shape
       done
-      name=${name}_${shape//:/_} ;;
+      name=${name}_${shape//[:@=,]/_} ;;
     tune)  # tune, tune2, ...: the databases after the latest are copied out (8 files come back at most)
       tunes=$((tunes + 1)); [ $tunes -gt 1 ] && name=tune$tunes
       # TUNE_SECONDS (and DEADLINE) bound each tune (it saves after every problem), so later steps still run.
