@@ -9,11 +9,12 @@ with M = K = SIZE) runs once (``--repeat`` times) on
 fresh random operands of the bench's K (``bench.problem_rows``: the narrower tall
 matrix holds 1 GiB, so dispatch picks from the K range the bench times; K rows
 where given), through the kernels dispatch picks (``--model``: the generator's
-model kernels, as if no database were shipped; ``--xla``: XLA's dot). Compilation launches none of our kernels, so with a kernel
-filter each profiled launch is one call. An mtsm shape may name fields of its
-kernel's configuration after an ``@`` (``mtsm:float64:16384:32@k_steps=8,stages=4``):
-the model's configuration with those replaced, run whatever dispatch would choose
-(how a kernel the database passed over for XLA's dot is profiled).
+model kernels, as if no database were shipped; ``--xla``: XLA's dot). Compilation
+launches none of our kernels, so with a kernel filter each profiled launch is one
+call. An mtsm shape may name fields of its kernel's configuration after an ``@``
+(``mtsm:float64:16384:32@k_steps=8,stages=4``): the model's configuration with those
+replaced, run whatever dispatch would choose (how a kernel the database passed over
+for XLA's dot is profiled).
 """
 
 from __future__ import annotations
@@ -66,10 +67,11 @@ def main() -> None:
 def mtsm_override(problem: MtsmProblem, overrides: str) -> MtsmSpec:
     """The model's configuration of ``problem`` with FIELD=VALUE,... replaced (ints and
     bools), validated (scripts/clocks_under_load.py takes shapes alike)."""
+    booleans = {"true": True, "false": False}
     fields = {}
     for item in overrides.split(","):
         field, _, value = item.partition("=")
-        fields[field] = value.lower() in ("true", "yes") if value.lower() in ("true", "false", "yes", "no") else int(value)
+        fields[field] = booleans[value.lower()] if value.lower() in booleans else int(value)
     spec = MtsmSpec(problem, dataclasses.replace(default_config(problem), **fields))
     validate(spec)
     return spec
