@@ -221,8 +221,16 @@ def describe_entry(entry: dict, size: str = "K") -> str:
     what its K ranges count, mtsm's "M = K"). Every field but config is optional."""
     if "rule" in entry:
         return entry["rule"]
-    verdict = "XLA's dot measured faster" if entry["config"] is None else "its kernel measured fastest"
+    kernel_s, xla_s = entry.get("tsmm_s"), entry.get("xla_s")
+    if entry["config"] is not None:
+        verdict = "its kernel measured fastest"
+    elif kernel_s and xla_s and kernel_s < xla_s:  # mtsm's tuner keeps XLA's dot within tune.MTSM_MARGIN
+        verdict = "its fastest kernel measured faster than XLA's dot by less than the tuner's margin"
+    else:
+        verdict = "XLA's dot measured faster"
     where = entry.get("source") or " ".join(["tuned", *filter(None, (entry.get("device"), entry.get("date")))])
+    if entry.get("loop_seconds"):
+        where += f" in loops of {entry['loop_seconds']:g} s"
     timed = f"{where}, at {size} = {entry.get('k_tuned', entry.get('k_min', 0)):,}"
     for label, library in (("kernel", "tsmm"), ("XLA's dot", "xla")):
         if entry.get(f"{library}_s"):

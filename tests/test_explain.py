@@ -74,6 +74,18 @@ def test_mtsm_untuned_widths_say_which_neighbours_decided(database):
     assert "M = K = 16,384" in _mtsm.choose("float64", False, 8, False, 16384).reason
 
 
+def test_a_kernel_faster_within_the_margin_is_named_as_such(database):
+    """mtsm's tuner keeps XLA's dot unless a kernel is clearly faster: the reason says
+    so (not that XLA's dot was faster), with the loops the entry was timed in."""
+    database[_dispatch.mtsm_key(False, "float64", 8)] = [
+        {"k_min": 0, "k_tuned": 16384, "config": None, "tsmm_s": 0.520e-3, "tsmm_pct": 91.7, "xla_s": 0.535e-3,
+         "xla_pct": 89.3, "device": "NVIDIA H200", "date": "2026-11-29", "loop_seconds": 0.3}]
+    choice = _mtsm.choose("float64", False, 8, False, 16384)
+    assert choice.spec is None
+    assert "its fastest kernel measured faster than XLA's dot by less than the tuner's margin" in choice.reason
+    assert "tuned NVIDIA H200 2026-11-29 in loops of 0.3 s" in choice.reason
+
+
 def test_the_command_prints_the_choice_for_a_named_gpu(database, capsys):
     database["ab:float64:32x1"] = xla_entry()
     explain.main(["ab", "float64", "30", "1", "--k", str(K), "--device", "NVIDIA H200", "--arch", "sm_90"])
