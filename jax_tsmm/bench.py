@@ -99,14 +99,15 @@ def _timed_loop(op, operand_sets, updates_last: bool):
 
 
 def seconds_per_call(op, operand_sets, expected_seconds: float, *, repeats: int = 5,
-                     updates_last: bool = False) -> float:
-    """Median time of one call: a loop of at least LOOP_SECONDS at the
-    ``expected_seconds`` per call (a lower bound such as the roofline; a slower
-    call only lengthens the loop) less a loop of one trip, over the calls between
-    them. The difference takes out what a run costs besides its calls (the
-    launch, the carry's fill of zeros: 15 % of ab 1 x 8's time when it was
-    counted in)."""
-    trips = max(2, min(1000, math.ceil(LOOP_SECONDS / expected_seconds / len(operand_sets))))
+                     updates_last: bool = False, loop_seconds: float | None = None) -> float:
+    """Median time of one call: a loop of at least ``loop_seconds`` (default
+    LOOP_SECONDS) at the ``expected_seconds`` per call (a lower bound such as the
+    roofline; a slower call only lengthens the loop) less a loop of one trip, over
+    the calls between them. The difference takes out what a run costs besides its
+    calls (the launch, the carry's fill of zeros: 15 % of ab 1 x 8's time when it
+    was counted in)."""
+    seconds = LOOP_SECONDS if loop_seconds is None else loop_seconds
+    trips = max(2, min(1000, math.ceil(seconds / expected_seconds / len(operand_sets))))
     loop = _timed_loop(op, operand_sets, updates_last)
     jax.block_until_ready(loop(1))  # compile, warm up
     samples = []

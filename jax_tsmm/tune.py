@@ -194,6 +194,32 @@ def time_candidates(specs: list, incumbent, ours, xla, sets: list[tuple], roof: 
     return timings
 
 
+CONFIRM_FINALISTS = 3  # the fastest in the short loops, timed again in long ones (--confirm-seconds)
+
+
+def confirmed(timings: list, xla_s: float, ours, xla, sets: list[tuple], roof: float, seconds: float,
+              updates_last: bool = False) -> tuple[list, float, dict]:
+    """With ``seconds``, the CONFIRM_FINALISTS fastest of ``timings`` and XLA's dot
+    timed again in loops of ``seconds``, XLA's first: (the finalists' timings, XLA's
+    time, the entry's fields that say so), the entry to be chosen among them. Short
+    loops rank the candidates cheaply, but under an H200's power cap the clock falls
+    over the first fraction of a second of a sustained run, and a kernel that led
+    XLA's dot in 20 ms loops can trail it there (float64 mtsm A X 8: 1.02x XLA in the
+    first 0.1 s, 0.89x after 3 s; docs/performance.md, sixty-second round). Without
+    ``seconds`` (or timings), everything as it was."""
+    if not seconds or not timings:
+        return timings, xla_s, {}
+    print(f"    the {CONFIRM_FINALISTS} fastest and XLA's dot again, in loops of {seconds:g} s:", flush=True)
+    xla_s = bench.seconds_per_call(xla, sets, roof, updates_last=updates_last, loop_seconds=seconds)
+    finalists = []
+    for _, spec in sorted(timings, key=lambda t: t[0])[:CONFIRM_FINALISTS]:
+        with _dispatch.forced(spec):
+            finalists.append((bench.seconds_per_call(ours, sets, roof, updates_last=updates_last,
+                                                     loop_seconds=seconds), spec))
+        print(f"    {finalists[-1][0] * 1e3:8.3f} ms ({100 * roof / finalists[-1][0]:5.1f}%)  {spec.config}", flush=True)
+    return finalists, xla_s, {"candidates": len(timings), "loop_seconds": seconds}
+
+
 def _entry(k_range: int, k_min: int, k: int, timings: list, xla_s: float, roof: float, margin: float = 0.0) -> dict:
     """A database entry of range ``k_range``: the fastest of ``timings``, or XLA (config None) where it was
     not faster by ``margin`` (a fraction of XLA's time) or no candidate gave the right result (no timings)."""
@@ -298,7 +324,8 @@ def opening_specs(problem: Problem, specs: list[KernelSpec], k: int, range_idx: 
 
 
 def tune_problem(problem: Problem, ceilings: dict, limit: int, arch: str, ranges: set[int] | None = None,
-                 refine: int = 0, device: str = "", on_entry=lambda entry: None) -> list[dict]:
+                 refine: int = 0, device: str = "", confirm_seconds: float = 0.0,
+                 on_entry=lambda entry: None) -> list[dict]:
     """Entries for the K ranges ``ranges`` (indices into K_RANGES; None: all): the fastest candidate in each
     (``real_view`` where it is the real view's), or XLA where it measured faster.
     Among the candidates, the kernel dispatch picks today for the range (the
@@ -308,7 +335,8 @@ def tune_problem(problem: Problem, ceilings: dict, limit: int, arch: str, ranges
     where the H200 had tuned 3xTF32 kernels), for a complex problem the kernel
     dispatch picks for its real view's problem (the same bytes, so its own tuned
     winner; an H100's complex entry otherwise stands in its way on an H200), and
-    ``refine`` rounds of ``codegen.search.neighbours`` (see ``time_candidates``).
+    ``refine`` rounds of ``codegen.search.neighbours`` (see ``time_candidates``);
+    with ``confirm_seconds``, chosen among the fastest timed again (``confirmed``).
     ``on_entry`` receives each range's entry as soon as it is known, and again
     once the timing at K_ALIGNED has marked it."""
     dtype = np.dtype(problem.dtype)
@@ -334,7 +362,9 @@ def tune_problem(problem: Problem, ceilings: dict, limit: int, arch: str, ranges
         extra, incumbent, origins = opening_specs(problem, specs, k, index, arch, device)
         timings = time_candidates(specs + extra, incumbent, ours, xla, sets, roof, arch, refine, neighbours_of, note,
                                   updates_last=problem.update)
-        entry = _entry(index, range_min if k_sample else largest_range_min(k), k, timings, xla_s, roof)
+        timings, xla_s, timed_in = confirmed(timings, xla_s, ours, xla, sets, roof, confirm_seconds,
+                                             updates_last=problem.update)
+        entry = _entry(index, range_min if k_sample else largest_range_min(k), k, timings, xla_s, roof) | timed_in
         best = min(timings, key=lambda t: t[0], default=(None, None))[1]
         if entry["config"] is not None and _dispatch.is_real_view(best, problem.dtype):
             entry["real_view"] = True  # config is the real problem's
@@ -365,11 +395,13 @@ def mtsm_opening_specs(problem: MtsmProblem, specs: list[MtsmSpec], size: int, a
 
 
 def tune_mtsm_problem(problem: MtsmProblem, ceilings: dict, limit: int, arch: str, ranges: set[int] | None = None,
-                      refine: int = 0, device: str = "", on_entry=lambda entry: None) -> list[dict]:
+                      refine: int = 0, device: str = "", confirm_seconds: float = 0.0,
+                      on_entry=lambda entry: None) -> list[dict]:
     """Entries for the ranges ``ranges`` of MTSM_K_RANGES (None: all), each timed at
     M = K = its size: the fastest of ``codegen.search.mtsm_candidates``, dispatch's
     kernel before this run, on this GPU and on the architecture's other GPU models,
-    and ``refine`` rounds of their neighbours, or XLA where the fastest was not
+    and ``refine`` rounds of their neighbours (with ``confirm_seconds``, of the
+    fastest timed again, ``confirmed``), or XLA where the fastest was not
     MTSM_MARGIN faster; ``on_entry`` receives each range's entry as soon as it is known."""
     specs = [MtsmSpec(problem, c) for c in mtsm_candidates(problem, limit, arch)]
     ours, xla = bench.mtsm_operations(problem.transpose_a)
@@ -386,7 +418,8 @@ def tune_mtsm_problem(problem: MtsmProblem, ceilings: dict, limit: int, arch: st
         xla_s = bench.seconds_per_call(xla, sets, roof)
         extra, incumbent = mtsm_opening_specs(problem, specs, size, arch, device)
         timings = time_candidates(specs + extra, incumbent, ours, xla, sets, roof, arch, refine, neighbours_of)
-        entries.append(_entry(index, range_min, size, timings, xla_s, roof, MTSM_MARGIN))
+        timings, xla_s, timed_in = confirmed(timings, xla_s, ours, xla, sets, roof, confirm_seconds)
+        entries.append(_entry(index, range_min, size, timings, xla_s, roof, MTSM_MARGIN) | timed_in)
         on_entry(entries[-1])
         del sets
     return entries
@@ -538,6 +571,9 @@ def main(argv=None) -> None:
                              "($JAX_TSMM_CACHE_DIR), on any machine with nvcc, and stop: the cache can travel "
                              "to the GPU machine")
     bench.add_loop_seconds_option(parser)
+    parser.add_argument("--confirm-seconds", type=float, default=0.0,
+                        help=f"time the {CONFIRM_FINALISTS} fastest and XLA's dot again in loops of this long and "
+                             "choose among them (0.3: the clock an H200's power cap settles at; 0: off)")
     parser.add_argument("--device-db", action="store_true",
                         help="write the database of the GPU model (this GPU's, or the bench reports'), "
                              "whose entries for a key serve from their lowest K range up: the architecture's "
@@ -620,7 +656,8 @@ def main(argv=None) -> None:
             db["date"] = today
             _save(path, db)
 
-        tune_one(problem, ceilings, args.candidates, arch, ranges, args.refine, device, on_entry=save)
+        tune_one(problem, ceilings, args.candidates, arch, ranges, args.refine, device, args.confirm_seconds,
+                 on_entry=save)
         print(f"  {time.monotonic() - start:.0f} s", flush=True)  # for planning a device call's tuning
 
 

@@ -312,6 +312,40 @@ def test_an_mtsm_kernel_takes_a_range_only_clearly_faster_than_xla(monkeypatch):
         assert entry["tsmm_s"] == seconds and entry["xla_s"] == 1.0
 
 
+def test_confirm_seconds_chooses_among_the_fastest_timed_again_in_long_loops(monkeypatch):
+    """With confirm_seconds the CONFIRM_FINALISTS fastest of the short loops and XLA's
+    dot are timed again in loops that long, and the entry is chosen among those
+    timings: the short loops' fastest, slower than XLA's dot there, loses to the
+    second; the entry counts every candidate and names the long loops."""
+    monkeypatch.setattr(tune, "MTSM_K_RANGES", ((0, 64),))
+    monkeypatch.setattr(tune, "mtsm_opening_specs", lambda *args: ([], None))
+    problem = MtsmProblem(False, "float64", 8)
+    configs = [dataclasses.replace(mtsm_default_config(problem), stages=s) for s in (2, 3, 4, 5)]
+    specs = [MtsmSpec(problem, c) for c in configs]
+    short = [(0.90, specs[0]), (0.92, specs[1]), (0.93, specs[2]), (0.99, specs[3])]
+    long = {None: 1.0, specs[0]: 1.05, specs[1]: 0.95, specs[2]: 0.99}  # None: XLA's dot
+    monkeypatch.setattr(tune, "time_candidates", lambda *args: list(short))
+    timed = []
+
+    def seconds_per_call(op, sets, roof, loop_seconds=None, **kw):
+        spec = _dispatch.forced_spec(problem)
+        timed.append((spec, loop_seconds))
+        return long[spec] if loop_seconds == 0.3 else 1.0
+
+    monkeypatch.setattr(tune.bench, "seconds_per_call", seconds_per_call)
+    [entry] = tune.tune_mtsm_problem(problem, CEILINGS, limit=1, arch="sm_90", confirm_seconds=0.3)
+    assert timed == [(None, None), (None, 0.3), (specs[0], 0.3), (specs[1], 0.3), (specs[2], 0.3)]
+    assert entry["config"] == dataclasses.asdict(configs[1])
+    assert (entry["tsmm_s"], entry["xla_s"], entry["candidates"], entry["loop_seconds"]) == (0.95, 1.0, 4, 0.3)
+    long[specs[1]] = 0.98  # within MTSM_MARGIN of XLA's dot there: XLA's dot
+    timed.clear()
+    [entry] = tune.tune_mtsm_problem(problem, CEILINGS, limit=1, arch="sm_90", confirm_seconds=0.3)
+    assert entry["config"] is None and entry["tsmm_s"] == 0.98
+    [entry] = tune.tune_mtsm_problem(problem, CEILINGS, limit=1, arch="sm_90")  # off: the short loops decide
+    assert entry["config"] == dataclasses.asdict(configs[0]) and entry["candidates"] == 4
+    assert entry["loop_seconds"] == tune.bench.LOOP_SECONDS
+
+
 @pytest.mark.nvcc
 def test_largest_range_atb_winner_is_timed_against_xla_at_an_aligned_k(monkeypatch):
     """The largest range's atb winner, timed at a K that is not a power of two, is
