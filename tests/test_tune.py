@@ -346,6 +346,23 @@ def test_confirm_seconds_chooses_among_the_fastest_timed_again_in_long_loops(mon
     assert entry["loop_seconds"] == tune.bench.LOOP_SECONDS
 
 
+def test_confirm_seconds_times_ab_updates_as_a_solver_runs_them(monkeypatch):
+    """atb's and ab's ranges take the same confirmation; the fused update's long
+    loops update V in place, as its short ones do."""
+    monkeypatch.setattr(tune, "K_RANGES", ((0, 300),))
+    monkeypatch.setattr(tune, "opening_specs", lambda *args: ([], None, {}))
+    problem = Problem("ab", "float64", 4, 4, update=True)
+    spec = KernelSpec(problem, default_config(problem))
+    monkeypatch.setattr(tune, "time_candidates", lambda *args, **kw: [(0.5, spec)])
+    timed = []
+    monkeypatch.setattr(tune.bench, "seconds_per_call", lambda op, sets, roof, loop_seconds=None, updates_last=False,
+                        **kw: timed.append((loop_seconds, updates_last)) or (0.8 if loop_seconds else 1.0))
+    (entry,) = tune.tune_problem(problem, CEILINGS, limit=1, arch="sm_90", confirm_seconds=0.4)
+    assert timed == [(None, True), (0.4, True), (0.4, True)]
+    assert entry["config"] is None  # XLA's dot: 0.8 s against the kernel's 0.8 s in the long loops
+    assert (entry["tsmm_s"], entry["xla_s"], entry["loop_seconds"]) == (0.8, 0.8, 0.4)
+
+
 @pytest.mark.nvcc
 def test_largest_range_atb_winner_is_timed_against_xla_at_an_aligned_k(monkeypatch):
     """The largest range's atb winner, timed at a K that is not a power of two, is
