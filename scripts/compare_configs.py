@@ -39,10 +39,21 @@ from jax_tsmm.codegen.mtsm import validate as validate_mtsm
 from jax_tsmm.codegen.search import flat_candidates
 
 
-def _parse_vary(text: str) -> tuple[str, list]:
+BOOLEANS = {"1": True, "true": True, "yes": True, "0": False, "false": False, "no": False}
+
+
+def parse_vary(text: str) -> tuple[str, list]:
+    """FIELD=V1,V2,... of Config or MtsmConfig: the field and its values, each parsed as
+    the field's type (scripts/profile_kernels.py reads its FIELD=V fields so too)."""
     field, _, values = text.partition("=")
     kind = {f.name: f.type for cls in (MtsmConfig, Config) for f in dataclasses.fields(cls)}[field]
-    parse = {"bool": lambda v: v.lower() in ("1", "true", "yes"), "int": int, "str": str}[kind]
+
+    def boolean(value: str) -> bool:
+        if value.lower() not in BOOLEANS:
+            raise ValueError(f"{field}={value}: not a bool ({', '.join(BOOLEANS)})")
+        return BOOLEANS[value.lower()]
+
+    parse = {"bool": boolean, "int": int, "str": str}[kind]
     return field, [parse(v) for v in values.split(",")]
 
 
@@ -118,7 +129,7 @@ def main() -> None:
     if not _cuda.register_targets():
         raise SystemExit("needs a GPU and the CUDA extension")
     ceilings = bench.measure_ceilings()
-    varied = [_parse_vary(v) for v in args.vary]
+    varied = [parse_vary(v) for v in args.vary]
     rows = []
     for shape in args.shapes:
         op = shape.split(":")[0]

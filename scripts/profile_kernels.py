@@ -27,6 +27,7 @@ import jax
 
 from jax_tsmm import _cuda, _dispatch, _mtsm, bench
 from jax_tsmm.codegen.mtsm import MtsmProblem, MtsmSpec, default_config, validate
+from compare_configs import parse_vary  # scripts/ is the path's first entry when run as a script
 
 jax.config.update("jax_enable_x64", True)
 
@@ -65,13 +66,10 @@ def main() -> None:
 
 
 def mtsm_override(problem: MtsmProblem, overrides: str) -> MtsmSpec:
-    """The model's configuration of ``problem`` with FIELD=VALUE,... replaced (ints and
-    bools), validated (scripts/clocks_under_load.py takes shapes alike)."""
-    booleans = {"true": True, "false": False}
-    fields = {}
-    for item in overrides.split(","):
-        field, _, value = item.partition("=")
-        fields[field] = booleans[value.lower()] if value.lower() in booleans else int(value)
+    """The model's configuration of ``problem`` with FIELD=VALUE,... replaced (each value
+    parsed as its field's type, as compare_configs.py's --vary), validated
+    (scripts/clocks_under_load.py takes shapes alike)."""
+    fields = {field: value for field, [value] in map(parse_vary, overrides.split(","))}
     spec = MtsmSpec(problem, dataclasses.replace(default_config(problem), **fields))
     validate(spec)
     return spec

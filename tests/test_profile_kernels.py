@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import importlib.util
 import pathlib
+import sys
 
 import pytest
 
@@ -13,6 +14,7 @@ from jax_tsmm.codegen import InvalidSpec
 from jax_tsmm.codegen.mtsm import MtsmProblem, default_config
 
 ROOT = pathlib.Path(__file__).parents[1]
+sys.path.insert(0, str(ROOT / "scripts"))  # its import of compare_configs, as when run as a script
 spec = importlib.util.spec_from_file_location("profile_kernels", ROOT / "scripts" / "profile_kernels.py")
 profile_kernels = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(profile_kernels)
