@@ -177,8 +177,7 @@ def time_candidates(specs: list, incumbent, ours, xla, sets: list[tuple], roof: 
                     continue
                 timings.append((bench.seconds_per_call(ours, sets, roof, updates_last=updates_last), spec))
             label = note(spec) + ("  (dispatch's choice before this run)" if spec == incumbent else "")
-            print(f"    {timings[-1][0] * 1e3:8.3f} ms ({100 * roof / timings[-1][0]:5.1f}%)  {spec.config}{label}",
-                  flush=True)
+            print(_timing_line(timings[-1][0], roof, spec) + label, flush=True)
 
     time_all(specs + ([incumbent] if incumbent is not None and incumbent not in specs else []))
     for _ in range(refine if timings else 0):
@@ -216,8 +215,13 @@ def confirmed(timings: list, xla_s: float, ours, xla, sets: list[tuple], roof: f
         with _dispatch.forced(spec):
             finalists.append((bench.seconds_per_call(ours, sets, roof, updates_last=updates_last,
                                                      loop_seconds=seconds), spec))
-        print(f"    {finalists[-1][0] * 1e3:8.3f} ms ({100 * roof / finalists[-1][0]:5.1f}%)  {spec.config}", flush=True)
+        print(_timing_line(finalists[-1][0], roof, spec), flush=True)
     return finalists, xla_s, {"candidates": len(timings), "loop_seconds": seconds}
+
+
+def _timing_line(seconds: float, roof: float, spec) -> str:
+    """A timed kernel's line of the tuner's log."""
+    return f"    {seconds * 1e3:8.3f} ms ({100 * roof / seconds:5.1f}%)  {spec.config}"
 
 
 def _entry(k_range: int, k_min: int, k: int, timings: list, xla_s: float, roof: float, margin: float = 0.0) -> dict:
