@@ -177,7 +177,7 @@ def _lowering(op: str, xla_impl, *, update: bool = False):
             real_view = complex(scales.get("beta", 0)).imag == 0
             spec = _dispatch.select(op, x_aval.dtype, m, n, k, batch_dims, conj, arch(), device_kind(),
                                     update=update, real_view=real_view)
-        if spec is None or not register_targets():
+        if spec is None or not register_targets() or not _kernels.runnable(spec):
             return mlir.lower_fun(xla_impl, multiple_results=False)(ctx, *operands, conj=conj, **scales)
         call = functools.partial(_kernel_call, spec=spec, out_aval=out_aval)
         return mlir.lower_fun(call, multiple_results=False)(ctx, *operands, conj=conj, **scales)

@@ -15,6 +15,7 @@ import re
 import shutil
 import subprocess
 import tempfile
+import warnings
 from concurrent.futures import ThreadPoolExecutor
 
 from jax_tsmm.codegen import KernelSpec, MtsmSpec, module_source, mtsm_module_source
@@ -23,6 +24,11 @@ from jax_tsmm.codegen.spec import has_wgmma
 
 class KernelBuildError(RuntimeError):
     """A generated kernel failed to compile; the message holds the compiler's log."""
+
+
+class NvccNotFound(KernelBuildError):
+    """No nvcc to compile a kernel outside the prebuilt set, or to find it in the
+    disk cache (whose key holds the compiler's version)."""
 
 
 @functools.cache
@@ -57,7 +63,7 @@ def nvcc() -> str:
     for path in candidates:
         if path and os.access(path, os.X_OK):
             return path
-    raise KernelBuildError(
+    raise NvccNotFound(
         "jax_tsmm needs nvcc to compile kernels for shapes outside its prebuilt set; "
         "put it on PATH or set JAX_TSMM_NVCC"
     )
@@ -66,6 +72,22 @@ def nvcc() -> str:
 @functools.cache
 def compiler_version() -> str:
     return subprocess.run([nvcc(), "--version"], capture_output=True, text=True, check=True).stdout
+
+
+def runnable(spec: KernelSpec | MtsmSpec) -> bool:
+    """Whether ``spec``'s kernels can be had here: built in, or compiled by nvcc (or
+    found in the disk cache). Without nvcc a warning says so and the caller lowers
+    to XLA's dot, so that a machine without the CUDA toolkit at run time still runs
+    every call, the prebuilt kernels' at their speed."""
+    if spec.name in prebuilt_names():
+        return True
+    try:
+        nvcc()
+    except NvccNotFound as error:
+        warnings.warn(f"{error}; until then XLA's dot serves the calls that need one", RuntimeWarning,
+                      stacklevel=2)
+        return False
+    return True
 
 
 def library_for(spec: KernelSpec | MtsmSpec, arch: str) -> str:

@@ -281,7 +281,7 @@ def _mtsm_cuda_lowering(ctx, a, x, *, transpose_a, conj):
             and _kernel_batch(x_aval.shape[:-2], out_batch)):
         spec = select(a_aval.dtype, transpose_a, n, conj, problem_size(batch, m, k), _cuda.arch(),
                       _cuda.device_kind())
-    if spec is None or not _cuda.register_targets():
+    if spec is None or not _cuda.register_targets() or not _kernels.runnable(spec):
         return mlir.lower_fun(mtsm_xla, multiple_results=False)(ctx, a, x, transpose_a=transpose_a, conj=conj)
     splits = mtsm_codegen.splits(spec, m, k, batch, _cuda.multiprocessors())
     partials = splits * batch * m * n if splits > 1 else 0

@@ -10,8 +10,8 @@ choice is dispatch's (``_dispatch.choose``, ``_mtsm.choose``) for this machine's
 GPU, or for the GPU model named by --device (its own tuning file over the
 architecture's; "" for the architecture's alone), so it also runs without a GPU.
 Lowering takes XLA's dot as well where no kernel can run: no CUDA GPU with the
-extension's targets, more batch axes than a kernel takes, or mtsm's batch shapes
-that differ.
+extension's targets, no nvcc for a kernel outside the prebuilt set (with a
+warning), more batch axes than a kernel takes, or mtsm's batch shapes that differ.
 """
 
 from __future__ import annotations

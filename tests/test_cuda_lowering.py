@@ -18,7 +18,7 @@ import jax.numpy as jnp
 import pytest
 
 import jax_tsmm
-from jax_tsmm import _dispatch, _kernels
+from jax_tsmm import _dispatch, _kernels, _mtsm
 from jax_tsmm.codegen import KernelSpec, Problem, default_config
 
 pytestmark = [
@@ -131,6 +131,32 @@ def _run(env_extra: dict, cwd) -> subprocess.CompletedProcess:
     """A fresh process (empty in-memory caches), away from the source tree."""
     env = dict(os.environ, **env_extra)
     return subprocess.run([sys.executable, "-c", _NEW_SHAPE], env=env, cwd=cwd, capture_output=True, text=True)
+
+
+def test_without_nvcc_only_the_prebuilt_kernels_run(monkeypatch):
+    """No nvcc at run time (the toolkit was on the machine that built the package):
+    a call whose kernel is outside the prebuilt set lowers to XLA's dot, with a
+    warning that says why; a prebuilt kernel (float64 8 x 8, the model's) still runs."""
+    def missing():
+        raise _kernels.NvccNotFound("jax_tsmm needs nvcc (hidden by the test)")
+
+    monkeypatch.setattr(_kernels, "nvcc", missing)
+    a, b = jnp.ones((997, 27)), jnp.ones((997, 23))
+    c, v = jnp.ones((27, 23)), jnp.ones((997, 23))
+    calls = {"tsmm_atb": lambda: cuda_hlo(jax_tsmm.atb, a, b),
+             "tsmm_ab_update": lambda: cuda_hlo(lambda a, c, v: jax_tsmm.ab(a, c, out=v, beta=1), a, c, v),
+             "tsmm_mtsm": lambda: cuda_hlo(jax_tsmm.mtsm, jnp.ones((995, 997)), b)}
+    kernels = [_dispatch.select("atb", "float64", 27, 23, 997, 0, False),
+               _dispatch.select("ab", "float64", 27, 23, 997, 0, False, update=True),
+               _mtsm.select("float64", False, 23, False, _mtsm.problem_size(1, 995, 997))]
+    assert not any(spec is None or spec.name in _kernels.prebuilt_names() for spec in kernels)
+    for target, lower in calls.items():
+        with pytest.warns(RuntimeWarning, match="until then XLA's dot serves"):
+            hlo = lower()
+        assert target not in hlo and "dot_general" in hlo, target
+    prebuilt = jnp.ones((1000, 8), jnp.float64)
+    assert _dispatch.select("atb", "float64", 8, 8, 1000, 0, False).name in _kernels.prebuilt_names()
+    assert "tsmm_atb" in cuda_hlo(jax_tsmm.atb, prebuilt, prebuilt)
 
 
 @pytest.mark.nvcc

@@ -15,6 +15,7 @@ import dataclasses
 import itertools
 import json
 import sys
+from contextlib import nullcontext
 
 import jax
 import jax.numpy as jnp
@@ -170,6 +171,25 @@ def test_kernels_are_used():
     a = jnp.ones((1000, 5))
     hlo = jax.jit(lambda x: jax_tsmm.atb(x, x)).lower(a).compile().as_text()
     assert "tsmm_atb" in hlo
+
+
+def test_without_nvcc_calls_outside_the_prebuilt_set_run_xla(monkeypatch):
+    """No nvcc at run time: a call whose kernel is not prebuilt runs XLA's dot and
+    warns (``_kernels.runnable``); a prebuilt kernel still runs. Both results right."""
+    def missing():
+        raise _kernels.NvccNotFound("jax_tsmm needs nvcc (hidden by the test)")
+
+    monkeypatch.setattr(_kernels, "nvcc", missing)
+    rng = np.random.default_rng()
+    for m, n, kernel in ((27, 23, False), (8, 8, True)):
+        assert (_dispatch.select("atb", "float64", m, n, 100_003, 0, False).name in _kernels.prebuilt_names()) == kernel
+        a, b = operands(rng, "atb", "float64", 100_003, m, n)
+        call = jax.jit(lambda x, y: jax_tsmm.atb(x, y))
+        with pytest.warns(RuntimeWarning, match="until then XLA's dot serves") if not kernel else nullcontext():
+            hlo = call.lower(a, b).compile().as_text()
+        assert ("tsmm_atb" in hlo) == kernel
+        poison(m * n * 8)
+        assert_close(call(a, b), a, b, op="atb")
 
 
 @pytest.mark.parametrize("op", ["atb", "ab"])
