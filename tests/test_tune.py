@@ -316,7 +316,8 @@ def test_confirm_seconds_chooses_among_the_fastest_timed_again_in_long_loops(mon
     """With confirm_seconds the CONFIRM_FINALISTS fastest of the short loops and XLA's
     dot are timed again in loops that long, and the entry is chosen among those
     timings: the short loops' fastest, slower than XLA's dot there, loses to the
-    second; the entry counts every candidate and names the long loops."""
+    second, but wins a tie (within CONFIRM_TIE); the entry counts every candidate
+    and names the long loops."""
     monkeypatch.setattr(tune, "MTSM_K_RANGES", ((0, 64),))
     monkeypatch.setattr(tune, "mtsm_opening_specs", lambda *args: ([], None))
     problem = MtsmProblem(False, "float64", 8)
@@ -337,7 +338,10 @@ def test_confirm_seconds_chooses_among_the_fastest_timed_again_in_long_loops(mon
     assert timed == [(None, None), (None, 0.3), (specs[0], 0.3), (specs[1], 0.3), (specs[2], 0.3)]
     assert entry["config"] == dataclasses.asdict(configs[1])
     assert (entry["tsmm_s"], entry["xla_s"], entry["candidates"], entry["loop_seconds"]) == (0.95, 1.0, 4, 0.3)
-    long[specs[1]] = 0.98  # within MTSM_MARGIN of XLA's dot there: XLA's dot
+    long[specs[0]] = 0.95 * (1 + tune.CONFIRM_TIE)  # a tie in the long loops: the short loops' fastest
+    [entry] = tune.tune_mtsm_problem(problem, CEILINGS, limit=1, arch="sm_90", confirm_seconds=0.3)
+    assert entry["config"] == dataclasses.asdict(configs[0]) and entry["tsmm_s"] == long[specs[0]]
+    long[specs[0]], long[specs[1]] = 1.05, 0.98  # within MTSM_MARGIN of XLA's dot there: XLA's dot
     timed.clear()
     [entry] = tune.tune_mtsm_problem(problem, CEILINGS, limit=1, arch="sm_90", confirm_seconds=0.3)
     assert entry["config"] is None and entry["tsmm_s"] == 0.98
