@@ -250,8 +250,9 @@ __device__ __forceinline__ void tsmm_wgmma_commit_and_wait() {
 
 // Hopper's bulk copies (TMA, cp.async.bulk) and transaction barriers (mbarrier):
 // one thread moves a whole span, and the barrier's phase completes once its
-// arrivals are in and the bytes it was told to expect have landed.
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+// arrivals are in and the bytes it was told to expect have landed. Declared in
+// the host pass too, which checks the kernels that call them (the prebuilt set's).
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900
 __device__ __forceinline__ unsigned tsmm_shared_address(const void* p) {
   return static_cast<unsigned>(__cvta_generic_to_shared(p));
 }

@@ -1,22 +1,26 @@
 """The prebuilt kernel set, and the build step that writes it for CMake.
 
-    python -m codegen.prebuilt --out-dir DIR
+    python -m codegen.prebuilt --out-dir DIR [--tuning jax_tsmm/tuning/sm_90*.json]
 
 writes tsmm_args.h, prebuilt_kernels.h, prebuilt_registry.cu and
 prebuilt_0.cu .. prebuilt_{SHARDS-1}.cu (a fixed count, so CMake knows the
 files before running this and compiles the shards in parallel). Shapes outside
-this set are generated and compiled at run time.
+this set are generated and compiled at run time. With ``--tuning`` (the
+databases of the architecture the extension is built for) the set also holds
+the kernels those databases choose for its problems, which dispatch picks there
+over the model's.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import pathlib
 
 from .abi import header
 from .emit import module_source
 from .model import default_config
-from .spec import KernelSpec, Problem
+from .spec import Config, KernelSpec, Problem, problem_key
 
 SHARDS = 8
 
@@ -39,8 +43,26 @@ def prebuilt_problems() -> list[Problem]:
     return problems
 
 
-def prebuilt_specs() -> list[KernelSpec]:
-    return [KernelSpec(p, default_config(p)) for p in prebuilt_problems()]
+def prebuilt_specs(databases: tuple[dict, ...] = ()) -> list[KernelSpec]:
+    """The model's kernel of each prebuilt problem (for any architecture from sm_80),
+    then those the tuning ``databases`` (each file's ``entries``) choose for the
+    problems themselves, at any K range. Left out: entries that run a complex
+    problem on its real view (their problem is another), and kernels for sm_90a
+    alone (wgmma), which the extension's one target does not hold. On an H100 or
+    H200 the shipped databases choose other kernels than the model's for many of
+    these problems (28 kernels in those of 2026-11-29), which would otherwise
+    compile at first use."""
+    specs = [KernelSpec(p, default_config(p)) for p in prebuilt_problems()]
+    for problem in prebuilt_problems():
+        for entries in databases:
+            for entry in entries.get(problem_key(problem), []):
+                if entry["config"] is not None and not entry.get("real_view", False):
+                    specs.append(KernelSpec(problem, Config(**entry["config"])))
+    by_name = {}  # one kernel a name: configurations that differ in launch parameters alone share it
+    for spec in specs:
+        if not spec.arch_specific:
+            by_name.setdefault(spec.name, spec)
+    return list(by_name.values())
 
 
 def _registry(specs: list[KernelSpec]) -> str:
@@ -74,9 +96,9 @@ extern const int kTsmmPrebuiltCount;
 """
 
 
-def write(out_dir: pathlib.Path) -> None:
+def write(out_dir: pathlib.Path, databases: tuple[dict, ...] = ()) -> None:
     out_dir.mkdir(parents=True, exist_ok=True)
-    specs = prebuilt_specs()
+    specs = prebuilt_specs(databases)
     files = {
         "tsmm_args.h": header(),
         "prebuilt_kernels.h": _PREBUILT_HEADER,
@@ -94,7 +116,10 @@ def write(out_dir: pathlib.Path) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out-dir", type=pathlib.Path, required=True)
-    write(parser.parse_args().out_dir)
+    parser.add_argument("--tuning", type=pathlib.Path, nargs="*", default=[],
+                        help="tuning databases of the architecture built for, whose kernels join the set")
+    args = parser.parse_args()
+    write(args.out_dir, tuple(json.loads(path.read_text())["entries"] for path in args.tuning))
 
 
 if __name__ == "__main__":

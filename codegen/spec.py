@@ -104,6 +104,24 @@ class Problem(ElementType):
     update: bool = False
 
 
+def op_name(problem: Problem) -> str:
+    """The operation's name in database keys, the bench and the tuner: ab's fused
+    update is "ab_update", an operation of its own."""
+    return "ab_update" if problem.update else problem.op
+
+
+def named_problem(op: str, dtype: str, m: int, n: int) -> Problem:
+    """op_name's inverse: the problem of an operation ("atb", "ab" or "ab_update") of this shape."""
+    return Problem("ab" if op == "ab_update" else op, dtype, m, n, update=op == "ab_update")
+
+
+def problem_key(problem: Problem) -> str:
+    """Database key; conj is left out (it flips signs and costs the same). ab's
+    fused update has entries of its own: against XLA's dot and a separate
+    elementwise pass it wins where plain ab may not."""
+    return f"{op_name(problem)}:{problem.dtype}:{problem.m}x{problem.n}"
+
+
 @dataclass(frozen=True)
 class Config:
     """How a kernel computes. Fields and the techniques they select:

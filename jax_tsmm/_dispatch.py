@@ -40,6 +40,7 @@ import numpy as np
 from jax_tsmm.codegen import (Config, InvalidSpec, KernelSpec, MtsmSpec, Problem, carried_to_update, default_config,
                               runs_gauss)
 from jax_tsmm.codegen.abi import MAX_BATCH_DIMS
+from jax_tsmm.codegen.spec import named_problem, op_name, problem_key
 
 KERNEL_DTYPES = ("float32", "float64", "complex64", "complex128")
 MAX_WIDTH = 128
@@ -72,24 +73,6 @@ def forced_spec(*problems) -> KernelSpec | MtsmSpec | None:
         if spec.problem in problems:
             return spec
     return None
-
-
-def op_name(problem: Problem) -> str:
-    """The operation's name in database keys, the bench and the tuner: ab's fused
-    update is "ab_update", an operation of its own."""
-    return "ab_update" if problem.update else problem.op
-
-
-def named_problem(op: str, dtype: str, m: int, n: int) -> Problem:
-    """op_name's inverse: the problem of an operation ("atb", "ab" or "ab_update") of this shape."""
-    return Problem("ab" if op == "ab_update" else op, dtype, m, n, update=op == "ab_update")
-
-
-def problem_key(problem: Problem) -> str:
-    """Database key; conj is left out (it flips signs and costs the same). ab's
-    fused update has entries of its own: against XLA's dot and a separate
-    elementwise pass it wins where plain ab may not."""
-    return f"{op_name(problem)}:{problem.dtype}:{problem.m}x{problem.n}"
 
 
 _model_only: list[bool] = []

@@ -7,14 +7,16 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import itertools
+import json
 import re
+from unittest import mock
 
 import numpy as np
 import pytest
 
-from jax_tsmm import _kernels
+from jax_tsmm import _dispatch, _kernels
 from jax_tsmm.codegen import Config, InvalidSpec, KernelSpec, Problem, default_config, module_source, validate
-from jax_tsmm.codegen.prebuilt import prebuilt_specs
+from jax_tsmm.codegen.prebuilt import prebuilt_problems, prebuilt_specs
 from jax_tsmm.codegen.model import (SHARED_BUDGET, carried_to_update, is_valid, occupancy_ok, registers_fit,
                                    wgmma_config, wide_tf32x3_ab_config)
 from jax_tsmm.codegen.emit import _vector_element, _vector_order, dmma_products, kernel_source
@@ -1235,8 +1237,31 @@ def test_wgmma_kernels_compile_for_sm90a_without_spills(tmp_path):
     assert report.count("warpgroup.arrive is injected") <= 4 * len(specs), report
 
 
+def _shipped_sm90_databases() -> tuple[dict, ...]:
+    return tuple(json.loads(path.read_text())["entries"] for path in sorted(_dispatch.TUNING_DIR.glob("sm_90*.json")))
+
+
 @pytest.mark.nvcc
 def test_prebuilt_set_is_distinct_and_compiles(tmp_path):
-    specs = prebuilt_specs()
-    assert len({s.name for s in specs}) == len(specs)
+    specs = prebuilt_specs(_shipped_sm90_databases())
+    assert len({s.name for s in specs}) == len(specs) > len(prebuilt_specs())
+    assert not any(spec.arch_specific for spec in specs)
     _nvcc_compile(specs[::5], tmp_path)
+
+
+@pytest.mark.skipif(_kernels.extension() is None, reason="package built without CUDA")
+def test_extension_holds_the_kernels_the_shipped_databases_choose_for_prebuilt_problems():
+    """Built for sm_90 (the default), the extension holds, for each prebuilt problem,
+    the kernel dispatch picks on an H100 or H200 at every K range: those calls
+    compile nothing at first use, and run without nvcc. wgmma kernels (sm_90a) and
+    real views of complex problems are left out."""
+    held, kernels = _kernels.prebuilt_names(), 0
+    with mock.patch.object(_dispatch, "_model_only", []):  # the shipped databases, whatever the fixtures
+        for device, problem, k in itertools.product(("NVIDIA H100 80GB HBM3", "NVIDIA H200"), prebuilt_problems(),
+                                                    (1 << 18, 1 << 22, 1 << 27)):
+            spec = _dispatch.select(problem.op, problem.dtype, problem.m, problem.n, k, 0, problem.conj, "sm_90",
+                                    device, update=problem.update)
+            if spec is not None and spec.problem == problem and not spec.arch_specific:
+                assert spec.name in held, (device, k, spec.name)
+                kernels += spec.name not in {s.name for s in prebuilt_specs()}
+    assert kernels > 0  # some of them are not the model's
