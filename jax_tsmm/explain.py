@@ -19,7 +19,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 
-from jax_tsmm import _cuda, _dispatch, _mtsm, bench
+from jax_tsmm import _cuda, _dispatch, _kernels, _mtsm, bench
 from jax_tsmm.codegen import KernelSpec
 
 
@@ -44,7 +44,9 @@ def _served_by(spec, dtype: str) -> str:
         return "XLA's dot"
     real_view = isinstance(spec, KernelSpec) and _dispatch.is_real_view(spec, dtype)
     kind = bench.kernel_label({"config": dataclasses.asdict(spec.config), "real_view": real_view})
-    return f"kernel {spec.name} ({kind})"
+    # Built in, it needs no nvcc and no compile at first use (_kernels.runnable).
+    origin = "built into the extension" if spec.name in _kernels.prebuilt_names() else "compiled at first use"
+    return f"kernel {spec.name} ({kind}; {origin})"
 
 
 def main(argv=None) -> None:

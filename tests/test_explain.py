@@ -8,7 +8,7 @@ import shlex
 
 import pytest
 
-from jax_tsmm import _dispatch, _mtsm, explain
+from jax_tsmm import _dispatch, _kernels, _mtsm, explain
 from jax_tsmm.codegen import Problem, default_config
 from jax_tsmm.codegen import mtsm as mtsm_codegen
 
@@ -96,6 +96,15 @@ def test_the_command_prints_the_choice_for_a_named_gpu(database, capsys):
     assert "(the architecture's database): kernel tsmm_ab_float32_m8_n36_" in line and "generator's model" in line
     explain.main(["mtsm", "float32", "4096", "3", "--k", "2048", "--transpose-a", "--device", ""])
     assert capsys.readouterr().out.startswith("Aᵀ X, A 2048 x 4096, N = 3, float32")
+
+
+@pytest.mark.skipif(_kernels.extension() is None, reason="package built without CUDA")
+def test_the_choice_says_whether_its_kernel_is_built_in(database):
+    """A prebuilt kernel needs no compile (and no nvcc) at first use; the line says which."""
+    line = explain.explain("atb", "float64", 8, 8, K, device="", arch="sm_90")  # the model's 8 x 8: prebuilt
+    assert "; built into the extension)" in line, line
+    line = explain.explain("atb", "float64", 9, 7, K, device="", arch="sm_90")
+    assert "; compiled at first use)" in line, line
 
 
 def test_the_readme_example_prints_what_the_readme_shows(capsys):
