@@ -1,0 +1,88 @@
+"""The latest measurement of each kernel dispatch picks now, gathered from bench reports.
+
+    python scripts/as_dispatched.py docs/bench/h200-2026-11-29ze-bench-f32-ab-1-64.json \
+        docs/bench/h200-2026-11-29z[f-h]-bench-f32-ab-retuned.json [--plot out.png]
+
+Reads bench reports (``python -m jax_tsmm.bench --json``) of one GPU model,
+oldest first, and keeps for each row (op, dtype, M, N, K) the latest one whose
+kernel (its configuration, or XLA's dot) is the one dispatch picks for that
+model from the shipped databases now. A row timed before a re-tune changed the
+shape's kernel no longer counts; the re-tune's own bench row does. Prints
+bench's summary of the rows kept, the reports each came from, and the shapes no
+report timed with today's kernel; ``--plot`` draws the rows as the bench does.
+The figures are of several runs, not one: what the database delivers by the
+latest measurements of its choices.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import pathlib
+
+from jax_tsmm import _cuda, _dispatch, _mtsm, bench
+from jax_tsmm.codegen import Config, MtsmConfig
+
+
+def dispatched_config(row: dict, device: str) -> dict | None:
+    """The configuration (as a bench row records it) dispatch picks for the row's
+    shape on GPU model ``device`` now, or None for XLA's dot."""
+    if row["op"] in bench.MTSM_OPS:
+        size = _mtsm.problem_size(1, row["M"], row["K"])
+        spec = _mtsm.select(row["dtype"], row["op"] == "mtsm_t", row["N"], False, size, _cuda.arch(), device)
+    else:
+        spec = bench.timed_kernel(row["op"], row["dtype"], row["M"], row["N"], row["K"], device)
+    return None if spec is None else dataclasses.asdict(spec.config)
+
+
+def recorded_config(row: dict) -> dict | None:
+    """The row's configuration with the defaults of fields added since it was timed,
+    or None for XLA's dot (a field removed since reads as another kernel)."""
+    if row["config"] is None:
+        return None
+    kind = MtsmConfig if row["op"] in bench.MTSM_OPS else Config
+    try:
+        return dataclasses.asdict(kind(**row["config"]))
+    except TypeError:
+        return {"removed fields": sorted(row["config"])}
+
+
+def as_dispatched(reports: list[dict], names: list[str]) -> tuple[list[dict], str, list[tuple]]:
+    """(the rows kept, each with its report's name under "report"; the GPU model; the
+    shapes timed only with other kernels than today's)."""
+    devices = {report["device"] for report in reports}
+    if len(devices) != 1:
+        raise SystemExit(f"reports of several GPU models: {sorted(devices)}")
+    device = devices.pop()
+    latest, stale = {}, {}
+    for report, name in zip(reports, names):
+        for row in report["rows"]:
+            shape = (row["op"], row["dtype"], row["M"], row["N"], row["K"])
+            if recorded_config(row) == dispatched_config(row, device):
+                latest[shape] = {**row, "report": name}
+            else:
+                stale[shape] = True
+    return list(latest.values()), device, sorted(set(stale) - set(latest))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("reports", type=pathlib.Path, nargs="+", help="bench JSON reports, oldest first")
+    parser.add_argument("--plot", default=None, help="a PNG of the rows kept, as the bench draws them")
+    args = parser.parse_args()
+    reports = [json.loads(path.read_text()) for path in args.reports]
+    rows, device, missing = as_dispatched(reports, [path.name for path in args.reports])
+    print(f"{device}: {len(rows)} rows, the latest measurement of the kernel dispatch picks now")
+    print(bench.summary(rows))
+    for path in args.reports:
+        print(f"  {sum(row['report'] == path.name for row in rows):4} rows from {path.name}")
+    for shape in missing:
+        print("  timed only with another kernel than today's: {} {} {}x{} K={}".format(*shape))
+    if args.plot:
+        dates = sorted({report["date"] for report in reports})
+        bench.plot(rows, args.plot, f"{device}, latest measurements as dispatched ({', '.join(dates)})")
+
+
+if __name__ == "__main__":
+    main()
