@@ -1,10 +1,10 @@
 """The latest measurement of each kernel dispatch picks now, gathered from bench reports.
 
     python scripts/as_dispatched.py docs/bench/h200-2026-11-29ze-bench-f32-ab-1-64.json \
-        docs/bench/h200-2026-11-29z[f-h]-bench-f32-ab-retuned.json [--plot out.png]
+        docs/bench/h200-2026-11-29z[f-h]-bench-f32-ab-retuned.json [--ops ab] [--dtypes float32] [--plot out.png]
 
-Reads bench reports (``python -m jax_tsmm.bench --json``) of one GPU model,
-oldest first, and keeps for each row (op, dtype, M, N, K) the latest one whose
+Reads bench reports (``python -m jax_tsmm.bench --json``) of one GPU model and
+one loop length, oldest first, and keeps for each row (op, dtype, M, N, K) the latest one whose
 kernel (its configuration, or XLA's dot) is the one dispatch picks for that
 model from the shipped databases now. A row timed before a re-tune changed the
 shape's kernel no longer counts; the re-tune's own bench row does. Prints
@@ -54,6 +54,9 @@ def as_dispatched(reports: list[dict], names: list[str]) -> tuple[list[dict], st
     devices = {report["device"] for report in reports}
     if len(devices) != 1:
         raise SystemExit(f"reports of several GPU models: {sorted(devices)}")
+    loops = {report.get("loop_seconds") for report in reports}
+    if len(loops) != 1:  # under a power cap the loop's length moves the figures (bench --loop-seconds)
+        raise SystemExit(f"reports timed in loops of several lengths: {sorted(loops, key=str)} s")
     device = devices.pop()
     latest, stale = {}, {}
     for report, name in zip(reports, names):
@@ -69,11 +72,18 @@ def as_dispatched(reports: list[dict], names: list[str]) -> tuple[list[dict], st
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("reports", type=pathlib.Path, nargs="+", help="bench JSON reports, oldest first")
+    parser.add_argument("--ops", default=None, help="only these ops' rows, e.g. atb,ab (default: all)")
+    parser.add_argument("--dtypes", default=None, help="only these dtypes' rows, e.g. complex64 (default: all)")
     parser.add_argument("--plot", default=None, help="a PNG of the rows kept, as the bench draws them")
     args = parser.parse_args()
     reports = [json.loads(path.read_text()) for path in args.reports]
+    for report in reports:
+        report["rows"] = [row for row in report["rows"]
+                          if (args.ops is None or row["op"] in args.ops.split(","))
+                          and (args.dtypes is None or row["dtype"] in args.dtypes.split(","))]
     rows, device, missing = as_dispatched(reports, [path.name for path in args.reports])
-    print(f"{device}: {len(rows)} rows, the latest measurement of the kernel dispatch picks now")
+    print(f"{device}, loops of {reports[0].get('loop_seconds')} s: {len(rows)} rows, the latest measurement "
+          "of the kernel dispatch picks now")
     print(bench.summary(rows))
     for path in args.reports:
         print(f"  {sum(row['report'] == path.name for row in rows):4} rows from {path.name}")

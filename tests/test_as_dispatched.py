@@ -37,7 +37,7 @@ def row(op: str, m: int, n: int, config: dict | None, pct: float) -> dict:
 
 
 def report(rows: list[dict], device: str = "NVIDIA H200") -> dict:
-    return {"device": device, "date": "2026-11-29", "rows": rows}
+    return {"device": device, "date": "2026-11-29", "loop_seconds": 0.02, "rows": rows}
 
 
 def test_the_latest_row_of_todays_kernel_counts(monkeypatch):
@@ -64,6 +64,8 @@ def test_the_latest_row_of_todays_kernel_counts(monkeypatch):
     assert {(r["op"], r["M"]): r["report"] for r in rows}[("ab", 10)] == "newer"
 
 
-def test_reports_of_several_gpu_models_are_refused():
+def test_reports_of_several_gpu_models_or_loop_lengths_are_refused():
     with pytest.raises(SystemExit, match="several GPU models"):
         as_dispatched.as_dispatched([report([]), report([], "NVIDIA H100 80GB HBM3")], ["a", "b"])
+    with pytest.raises(SystemExit, match="loops of several lengths"):
+        as_dispatched.as_dispatched([report([]), {**report([]), "loop_seconds": 0.3}], ["a", "b"])
