@@ -25,27 +25,30 @@ from jax_tsmm import _cuda, _dispatch, _mtsm, bench
 from jax_tsmm.codegen import Config, MtsmConfig
 
 
-def dispatched_config(row: dict, device: str) -> dict | None:
-    """The configuration (as a bench row records it) dispatch picks for the row's
-    shape on GPU model ``device`` now, or None for XLA's dot."""
+def dispatched_kernel(row: dict, device: str) -> tuple[dict, bool] | None:
+    """The kernel dispatch picks for the row's shape on GPU model ``device`` now, as a
+    bench row records it (its configuration, and whether it runs the real view), or
+    None for XLA's dot."""
     if row["op"] in bench.MTSM_OPS:
         size = _mtsm.problem_size(1, row["M"], row["K"])
         spec = _mtsm.select(row["dtype"], row["op"] == "mtsm_t", row["N"], False, size, _cuda.arch(), device)
-    else:
-        spec = bench.timed_kernel(row["op"], row["dtype"], row["M"], row["N"], row["K"], device)
-    return None if spec is None else dataclasses.asdict(spec.config)
+        return None if spec is None else (dataclasses.asdict(spec.config), False)
+    spec = bench.timed_kernel(row["op"], row["dtype"], row["M"], row["N"], row["K"], device)
+    return None if spec is None else (dataclasses.asdict(spec.config), _dispatch.is_real_view(spec, row["dtype"]))
 
 
-def recorded_config(row: dict) -> dict | None:
-    """The row's configuration with the defaults of fields added since it was timed,
-    or None for XLA's dot (a field removed since reads as another kernel)."""
+def recorded_kernel(row: dict) -> tuple[dict, bool] | None:
+    """The row's kernel as ``dispatched_kernel`` gives it, its configuration with the
+    defaults of fields added since it was timed (a field removed since reads as
+    another kernel), or None for XLA's dot."""
     if row["config"] is None:
         return None
     kind = MtsmConfig if row["op"] in bench.MTSM_OPS else Config
     try:
-        return dataclasses.asdict(kind(**row["config"]))
+        config = dataclasses.asdict(kind(**row["config"]))
     except TypeError:
-        return {"removed fields": sorted(row["config"])}
+        config = {"removed fields": sorted(row["config"])}
+    return config, row.get("real_view", False)
 
 
 def as_dispatched(reports: list[dict], names: list[str]) -> tuple[list[dict], str, list[tuple]]:
@@ -58,15 +61,15 @@ def as_dispatched(reports: list[dict], names: list[str]) -> tuple[list[dict], st
     if len(loops) != 1:  # under a power cap the loop's length moves the figures (bench --loop-seconds)
         raise SystemExit(f"reports timed in loops of several lengths: {sorted(loops, key=str)} s")
     device = devices.pop()
-    latest, stale = {}, {}
+    latest, stale = {}, set()
     for report, name in zip(reports, names):
         for row in report["rows"]:
             shape = (row["op"], row["dtype"], row["M"], row["N"], row["K"])
-            if recorded_config(row) == dispatched_config(row, device):
+            if recorded_kernel(row) == dispatched_kernel(row, device):
                 latest[shape] = {**row, "report": name}
             else:
-                stale[shape] = True
-    return list(latest.values()), device, sorted(set(stale) - set(latest))
+                stale.add(shape)
+    return list(latest.values()), device, sorted(stale - set(latest))
 
 
 def main() -> None:

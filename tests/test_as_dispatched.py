@@ -31,9 +31,9 @@ def another_config(problem: Problem) -> dict:
     return config_of(problem, stages=2 if default_config(problem, "sm_90").stages != 2 else 3)
 
 
-def row(op: str, m: int, n: int, config: dict | None, pct: float) -> dict:
-    return {"op": op, "dtype": "float64", "M": m, "N": n, "K": K, "config": config, "tsmm_pct": pct,
-            "xla_pct": 50.0, "speedup": pct / 50.0, "tsmm_s": 1.0, "xla_s": 1.0, "bytes": 1}
+def row(op: str, m: int, n: int, config: dict | None, pct: float, dtype: str = "float64", **more) -> dict:
+    return {"op": op, "dtype": dtype, "M": m, "N": n, "K": K, "config": config, "tsmm_pct": pct,
+            "xla_pct": 50.0, "speedup": pct / 50.0, "tsmm_s": 1.0, "xla_s": 1.0, "bytes": 1, **more}
 
 
 def report(rows: list[dict], device: str = "NVIDIA H200") -> dict:
@@ -62,6 +62,18 @@ def test_the_latest_row_of_todays_kernel_counts(monkeypatch):
     newer["rows"][0]["config"] = config_of(ab)  # today's kernel, timed again: the later row
     rows, _, _ = as_dispatched.as_dispatched([older, newer], ["older", "newer"])
     assert {(r["op"], r["M"]): r["report"] for r in rows}[("ab", 10)] == "newer"
+
+
+def test_a_complex_row_on_its_real_view_is_a_kernel_of_its_own(monkeypatch):
+    """The real view's kernel of a complex problem (the real problem's configuration)
+    is not the native kernel of the same configuration."""
+    config = config_of(Problem("atb", "float64", 20, 20))
+    entries = {"atb:complex128:10x10": [{"k_min": 0, "k_tuned": K, "config": config, "real_view": True}]}
+    monkeypatch.setattr(_dispatch, "database", lambda *_: entries)
+    native = report([row("atb", 10, 10, config, 70.0, "complex128")])
+    real_view = report([row("atb", 10, 10, config, 90.0, "complex128", real_view=True)])
+    rows, _, missing = as_dispatched.as_dispatched([real_view, native], ["real view", "native"])
+    assert [r["report"] for r in rows] == ["real view"] and missing == []
 
 
 def test_reports_of_several_gpu_models_or_loop_lengths_are_refused():
