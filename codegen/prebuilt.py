@@ -52,8 +52,9 @@ def prebuilt_specs(databases: tuple[dict, ...] = ()) -> list[KernelSpec]:
     H200 the shipped databases choose other kernels than the model's for many of
     these problems (28 kernels in those of 2026-11-29), which would otherwise
     compile at first use."""
-    specs = [KernelSpec(p, default_config(p)) for p in prebuilt_problems()]
-    for problem in prebuilt_problems():
+    problems = prebuilt_problems()
+    specs = [KernelSpec(p, default_config(p)) for p in problems]
+    for problem in problems:
         for entries in databases:
             for entry in entries.get(problem_key(problem), []):
                 if entry["config"] is not None and not entry.get("real_view", False):

@@ -7,7 +7,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import itertools
-import json
 import re
 from unittest import mock
 
@@ -1238,7 +1237,7 @@ def test_wgmma_kernels_compile_for_sm90a_without_spills(tmp_path):
 
 
 def _shipped_sm90_databases() -> tuple[dict, ...]:
-    return tuple(json.loads(path.read_text())["entries"] for path in sorted(_dispatch.TUNING_DIR.glob("sm_90*.json")))
+    return tuple(_dispatch._database_file(path) for path in sorted(_dispatch.TUNING_DIR.glob("sm_90*.json")))
 
 
 @pytest.mark.nvcc
