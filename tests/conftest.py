@@ -81,3 +81,14 @@ def model_kernels():
 
     with _dispatch.model_only():
         yield
+
+
+@pytest.fixture
+def no_nvcc(monkeypatch):
+    """As on a machine without the CUDA toolkit at run time: finding nvcc fails."""
+    from jax_tsmm import _kernels
+
+    def missing():
+        raise _kernels.NvccNotFound("jax_tsmm needs nvcc (hidden by the test)")
+
+    monkeypatch.setattr(_kernels, "nvcc", missing)

@@ -133,14 +133,10 @@ def _run(env_extra: dict, cwd) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-c", _NEW_SHAPE], env=env, cwd=cwd, capture_output=True, text=True)
 
 
-def test_without_nvcc_only_the_prebuilt_kernels_run(monkeypatch):
+def test_without_nvcc_only_the_prebuilt_kernels_run(no_nvcc):
     """No nvcc at run time (the toolkit was on the machine that built the package):
     a call whose kernel is outside the prebuilt set lowers to XLA's dot, with a
     warning that says why; a prebuilt kernel (float64 8 x 8, the model's) still runs."""
-    def missing():
-        raise _kernels.NvccNotFound("jax_tsmm needs nvcc (hidden by the test)")
-
-    monkeypatch.setattr(_kernels, "nvcc", missing)
     a, b = jnp.ones((997, 27)), jnp.ones((997, 23))
     c, v = jnp.ones((27, 23)), jnp.ones((997, 23))
     calls = {"tsmm_atb": lambda: cuda_hlo(jax_tsmm.atb, a, b),

@@ -173,13 +173,9 @@ def test_kernels_are_used():
     assert "tsmm_atb" in hlo
 
 
-def test_without_nvcc_calls_outside_the_prebuilt_set_run_xla(monkeypatch):
+def test_without_nvcc_calls_outside_the_prebuilt_set_run_xla(no_nvcc):
     """No nvcc at run time: a call whose kernel is not prebuilt runs XLA's dot and
     warns (``_kernels.runnable``); a prebuilt kernel still runs. Both results right."""
-    def missing():
-        raise _kernels.NvccNotFound("jax_tsmm needs nvcc (hidden by the test)")
-
-    monkeypatch.setattr(_kernels, "nvcc", missing)
     rng = np.random.default_rng()
     for m, n, kernel in ((27, 23, False), (8, 8, True)):
         assert (_dispatch.select("atb", "float64", m, n, 100_003, 0, False).name in _kernels.prebuilt_names()) == kernel
