@@ -2,13 +2,14 @@
 
     python -m codegen.prebuilt --out-dir DIR [--tuning jax_tsmm/tuning/sm_90*.json]
 
-writes tsmm_args.h, prebuilt_kernels.h, prebuilt_registry.cu and
-prebuilt_0.cu .. prebuilt_{SHARDS-1}.cu (a fixed count, so CMake knows the
-files before running this and compiles the shards in parallel). Shapes outside
-this set are generated and compiled at run time. With ``--tuning`` (the
-databases of the architecture the extension is built for) the set also holds
-the kernels those databases choose for its problems, which dispatch picks there
-over the model's.
+writes tsmm_args.h, mtsm_args.h, prebuilt_kernels.h, prebuilt_registry.cu,
+prebuilt_0.cu .. prebuilt_{SHARDS-1}.cu and prebuilt_mtsm_0.cu ..
+prebuilt_mtsm_{MTSM_SHARDS-1}.cu (fixed counts, so CMake knows the files
+before running this and compiles the shards in parallel). Shapes outside this
+set are generated and compiled at run time. With ``--tuning`` (the databases of
+the architecture the extension is built for) the set also holds the kernels
+those databases choose for its problems, which dispatch picks there over the
+model's.
 """
 
 from __future__ import annotations
@@ -17,12 +18,14 @@ import argparse
 import json
 import pathlib
 
+from . import mtsm
 from .abi import header
 from .emit import module_source
 from .model import default_config
 from .spec import Config, KernelSpec, Problem, problem_key
 
 SHARDS = 8
+MTSM_SHARDS = 4
 
 # The widths block methods use most: powers of two, for the common dtypes.
 PREBUILT_WIDTHS = (1, 2, 4, 8, 16, 32, 64)
@@ -66,17 +69,48 @@ def prebuilt_specs(databases: tuple[dict, ...] = ()) -> list[KernelSpec]:
     return list(by_name.values())
 
 
-def _registry(specs: list[KernelSpec]) -> str:
-    lines = ['#include "prebuilt_kernels.h"', ""]
+def prebuilt_mtsm_problems() -> list[mtsm.MtsmProblem]:
+    """mtsm at the same widths, both layouts of A, the real dtypes: the problems the
+    tuner times (the databases' mtsm keys)."""
+    return [mtsm.MtsmProblem(transpose_a, dtype, width)
+            for transpose_a in (False, True)
+            for dtype in ("float64", "float32")
+            for width in PREBUILT_WIDTHS]
+
+
+def prebuilt_mtsm_specs(databases: tuple[dict, ...] = ()) -> list[mtsm.MtsmSpec]:
+    """As ``prebuilt_specs``, for mtsm: the model's kernel of each prebuilt mtsm
+    problem, then those the ``databases`` choose for it at any size, but wgmma's."""
+    problems = prebuilt_mtsm_problems()
+    specs = [mtsm.MtsmSpec(p, mtsm.default_config(p)) for p in problems]
+    for problem in problems:
+        for entries in databases:
+            for entry in entries.get(mtsm.mtsm_key(problem.transpose_a, problem.dtype, problem.n), []):
+                if entry["config"] is not None:
+                    specs.append(mtsm.MtsmSpec(problem, mtsm.MtsmConfig(**entry["config"])))
+    by_name = {}
     for spec in specs:
-        lines.append(f'extern "C" __global__ void {spec.name}(TsmmArgs args);')
-        if spec.problem.op == "atb":
-            lines.append(f'extern "C" __global__ void {spec.name}_finalize(TsmmArgs args);')
+        if not spec.arch_specific:
+            by_name.setdefault(spec.name, spec)
+    return list(by_name.values())
+
+
+def _registry(specs: list[KernelSpec], mtsm_specs: list[mtsm.MtsmSpec]) -> str:
+    """Every prebuilt kernel's entry points by name; mtsm kernels, like atb's, have a
+    finalize."""
+    lines = ['#include "prebuilt_kernels.h"', '#include "mtsm_args.h"', ""]
+    finalized = {spec.name for spec in specs if spec.problem.op == "atb"} | {spec.name for spec in mtsm_specs}
+    for names, args in (([s.name for s in specs], "TsmmArgs"), ([s.name for s in mtsm_specs], "TsmmMtsmArgs")):
+        for name in names:
+            lines.append(f'extern "C" __global__ void {name}({args} args);')
+            if name in finalized:
+                lines.append(f'extern "C" __global__ void {name}_finalize({args} args);')
     lines += ["", "const TsmmPrebuilt kTsmmPrebuilt[] = {"]
-    for spec in specs:
-        finalize = f"(const void*){spec.name}_finalize" if spec.problem.op == "atb" else "nullptr"
-        lines.append(f'    {{"{spec.name}", (const void*){spec.name}, {finalize}}},')
-    lines += ["};", f"const int kTsmmPrebuiltCount = {len(specs)};", ""]
+    names = [s.name for s in specs] + [s.name for s in mtsm_specs]
+    for name in names:
+        finalize = f"(const void*){name}_finalize" if name in finalized else "nullptr"
+        lines.append(f'    {{"{name}", (const void*){name}, {finalize}}},')
+    lines += ["};", f"const int kTsmmPrebuiltCount = {len(names)};", ""]
     return "\n".join(lines)
 
 
@@ -99,14 +133,17 @@ extern const int kTsmmPrebuiltCount;
 
 def write(out_dir: pathlib.Path, databases: tuple[dict, ...] = ()) -> None:
     out_dir.mkdir(parents=True, exist_ok=True)
-    specs = prebuilt_specs(databases)
+    specs, mtsm_specs = prebuilt_specs(databases), prebuilt_mtsm_specs(databases)
     files = {
         "tsmm_args.h": header(),
+        "mtsm_args.h": mtsm.header(),
         "prebuilt_kernels.h": _PREBUILT_HEADER,
-        "prebuilt_registry.cu": _registry(specs),
+        "prebuilt_registry.cu": _registry(specs, mtsm_specs),
     }
     for shard in range(SHARDS):
         files[f"prebuilt_{shard}.cu"] = module_source(specs[shard::SHARDS])
+    for shard in range(MTSM_SHARDS):
+        files[f"prebuilt_mtsm_{shard}.cu"] = mtsm.module_source(mtsm_specs[shard::MTSM_SHARDS])
     for name, text in files.items():
         path = out_dir / name
         # Rewrite only what changed, so an unchanged generator triggers no recompilation.

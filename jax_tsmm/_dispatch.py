@@ -40,6 +40,7 @@ import numpy as np
 from jax_tsmm.codegen import (Config, InvalidSpec, KernelSpec, MtsmSpec, Problem, carried_to_update, default_config,
                               runs_gauss)
 from jax_tsmm.codegen.abi import MAX_BATCH_DIMS
+from jax_tsmm.codegen.mtsm import mtsm_key
 from jax_tsmm.codegen.spec import named_problem, op_name, problem_key
 
 KERNEL_DTYPES = ("float32", "float64", "complex64", "complex128")
@@ -129,11 +130,6 @@ def _database_file(path: pathlib.Path) -> dict:
     if not path.exists():
         return {}
     return json.loads(path.read_text())["entries"]
-
-
-def mtsm_key(transpose_a: bool, dtype: str, n: int) -> str:
-    """Database key of an mtsm problem (its kernels serve any M and K); conj is left out."""
-    return f"{'mtsm_t' if transpose_a else 'mtsm'}:{dtype}:n{n}"
 
 
 def tuned(key: str, k: int, arch: str, device: str = "") -> dict | None:

@@ -13,9 +13,9 @@ from unittest import mock
 import numpy as np
 import pytest
 
-from jax_tsmm import _dispatch, _kernels
+from jax_tsmm import _dispatch, _kernels, _mtsm
 from jax_tsmm.codegen import Config, InvalidSpec, KernelSpec, Problem, default_config, module_source, validate
-from jax_tsmm.codegen.prebuilt import prebuilt_problems, prebuilt_specs
+from jax_tsmm.codegen.prebuilt import prebuilt_mtsm_problems, prebuilt_mtsm_specs, prebuilt_problems, prebuilt_specs
 from jax_tsmm.codegen.model import (SHARED_BUDGET, carried_to_update, is_valid, occupancy_ok, registers_fit,
                                    wgmma_config, wide_tf32x3_ab_config)
 from jax_tsmm.codegen.emit import _vector_element, _vector_order, dmma_products, kernel_source
@@ -1242,10 +1242,12 @@ def _shipped_sm90_databases() -> tuple[dict, ...]:
 
 @pytest.mark.nvcc
 def test_prebuilt_set_is_distinct_and_compiles(tmp_path):
-    specs = prebuilt_specs(_shipped_sm90_databases())
-    assert len({s.name for s in specs}) == len(specs) > len(prebuilt_specs())
-    assert not any(spec.arch_specific for spec in specs)
-    _nvcc_compile(specs[::5], tmp_path)
+    databases = _shipped_sm90_databases()
+    for specs, model_only in ((prebuilt_specs(databases), prebuilt_specs()),
+                              (prebuilt_mtsm_specs(databases), prebuilt_mtsm_specs())):
+        assert len({s.name for s in specs}) == len(specs) > len(model_only)
+        assert not any(spec.arch_specific for spec in specs)
+        _nvcc_compile(specs[::5], tmp_path)
 
 
 @pytest.mark.skipif(_kernels.extension() is None, reason="package built without CUDA")
@@ -1264,3 +1266,18 @@ def test_extension_holds_the_kernels_the_shipped_databases_choose_for_prebuilt_p
                 assert spec.name in held, (device, k, spec.name)
                 kernels += spec.name not in {s.name for s in prebuilt_specs()}
     assert kernels > 0  # some of them are not the model's
+
+
+@pytest.mark.skipif(_kernels.extension() is None, reason="package built without CUDA")
+def test_extension_holds_the_mtsm_kernels_the_shipped_databases_choose_for_prebuilt_problems():
+    """mtsm alike: at each prebuilt mtsm problem and every size the databases tune,
+    the kernel dispatch picks on an H100 or H200 is built in, but wgmma's (sm_90a)."""
+    held, kernels = _kernels.prebuilt_names(), 0
+    with mock.patch.object(_dispatch, "_model_only", []):
+        for device, problem, size in itertools.product(("NVIDIA H100 80GB HBM3", "NVIDIA H200"),
+                                                       prebuilt_mtsm_problems(), (2048, 8192, 16384, 30720)):
+            spec = _mtsm.select(problem.dtype, problem.transpose_a, problem.n, False, size, "sm_90", device)
+            if spec is not None and not spec.arch_specific:
+                assert spec.name in held, (device, size, spec.name)
+                kernels += spec.name not in {s.name for s in prebuilt_mtsm_specs()}
+    assert kernels > 0

@@ -105,6 +105,10 @@ def test_the_choice_says_whether_its_kernel_is_built_in(database):
     assert "; built into the extension)" in line, line
     line = explain.explain("atb", "float64", 9, 7, K, device="", arch="sm_90")
     assert "; compiled at first use)" in line, line
+    line = explain.explain("mtsm", "float64", 4096, 8, 4096, device="", arch="sm_90")  # the model's N = 8: prebuilt
+    assert "; built into the extension)" in line, line
+    line = explain.explain("mtsm", "float64", 4096, 5, 4096, device="", arch="sm_90")
+    assert "; compiled at first use)" in line, line
 
 
 def test_the_readme_example_prints_what_the_readme_shows(capsys):

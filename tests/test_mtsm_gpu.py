@@ -13,6 +13,7 @@ from __future__ import annotations
 import functools
 import itertools
 import math
+from contextlib import nullcontext
 from unittest import mock
 
 import jax
@@ -190,6 +191,20 @@ def test_problems_without_a_kernel_use_xla():
     check(run(a, x), a, x, False)
     a16 = jnp.asarray(a.real, jnp.float16)
     assert "tsmm_mtsm" not in compiled_hlo(jax_tsmm.mtsm, a16, jnp.asarray(x.real, jnp.float16))
+
+
+def test_without_nvcc_only_the_prebuilt_kernels_run(no_nvcc):
+    """No nvcc at run time: the model's float64 kernels at N = 8 are built in and
+    run; at N = 5 they are not, and XLA's dot serves with a warning
+    (``_kernels.runnable``). Every result right."""
+    rng = np.random.default_rng()
+    for (n, kernel), transpose_a in itertools.product(((5, False), (8, True)), (False, True)):
+        assert (_spec(transpose_a, "float64", n, False).name in _kernels.prebuilt_names()) == kernel
+        a, x = operands(rng, "float64", 1000, 777, n, transpose_a)
+        call = functools.partial(jax_tsmm.mtsm, transpose_a=transpose_a)
+        with nullcontext() if kernel else pytest.warns(RuntimeWarning, match="until then XLA's dot serves"):
+            assert ("tsmm_mtsm" in compiled_hlo(call, a, x)) == kernel
+        check(run(a, x, transpose_a), a, x, transpose_a)
 
 
 def test_many_batch_items_in_one_launch():
