@@ -6,6 +6,7 @@
     python -m jax_tsmm.tune --from-bench bench.json [...] [--device-db]
     python -m jax_tsmm.tune --xla-aligned-from bench.json [...] [--device-db]
     python -m jax_tsmm.tune --compile-only [--ops ...] [--dtypes ...] [--shapes ...] [--candidates N] [--k-min K]
+    python -m jax_tsmm.tune --stale "NVIDIA H200" [--ops ...] [--dtypes ...] [--shapes ...] [--k-min K]
 
 For each (op, dtype, M, N) and each K range, the candidates of
 ``codegen.search`` (pruned by hardware limits, occupancy and a register-reuse
@@ -15,7 +16,9 @@ dispatch calls it, under the same clock as XLA).
 Beside them compete dispatch's kernel before the run, its kernels on the
 architecture's other GPU models, and the fastest winners at nearby tuned widths
 (``nearby_winners``); ``--refine`` rounds of local search then time the
-neighbours of the fastest.
+neighbours of the fastest. ``--stale`` lists, without a GPU, the entries of a
+GPU model tuned before a different winner at a nearby width, which their
+tuning could not time (``stale_ranges``).
 The winner goes into ``jax_tsmm/tuning/<arch>.json`` with its time, its % of
 roofline and XLA's time; where XLA wins, the entry says so and dispatch uses
 XLA. ab's fused update (``--ops ab_update``: V − Q C in place, against XLA's
@@ -277,6 +280,28 @@ def nearby_winners(problem: Problem, range_idx: int, entries: dict) -> dict[Kern
     for *_, spec, shape in sorted(found, key=lambda item: item[:2]):
         winners.setdefault(spec, shape)
     return dict(list(winners.items())[:NEARBY_WINNERS])
+
+
+def stale_ranges(problem: Problem, entries: dict) -> dict[int, list[str]]:
+    """The K ranges of ``problem``'s entries whose tuning could not have timed a
+    winner ``nearby_winners`` offers now: a different kernel, tuned on a later
+    day (an undated entry predates every dated one), as range -> those winners'
+    shapes. ``--stale`` lists them, for a re-tune: on an H200 the float64 ab
+    entries it flags at 28, 29, 31, 39, 41, 50, 51 and 58 gained 4.1-8.4 % in GB/s
+    when re-tuned (sixty-fourth round)."""
+    key = _dispatch.problem_key(problem)
+    op, dtype, _ = key.split(":")
+    stale = {}
+    for entry in entries.get(key, []):
+        range_idx, config = range_index(entry), entry["config"]
+        target = _dispatch.real_view_problem(problem) if entry.get("real_view") else problem
+        own = None if config is None else KernelSpec(target, Config(**config))
+        later = [shape for spec, shape in nearby_winners(problem, range_idx, entries).items()
+                 if spec != own and any(range_index(winner) == range_idx and winner.get("date", "") > entry.get("date", "")
+                                        for winner in entries[f"{op}:{dtype}:{shape}"])]
+        if later:
+            stale[range_idx] = later
+    return stale
 
 
 def _fitted(spec: KernelSpec) -> KernelSpec | None:
@@ -558,6 +583,23 @@ def _save(path: pathlib.Path, db: dict) -> None:
     os.replace(tmp, path)
 
 
+def print_stale(problems: list, wanted, entries: dict) -> None:
+    """``--stale``: each stale problem and range (``stale_ranges``) of the ``wanted``
+    ranges, then per op and dtype a --shapes value naming them."""
+    shapes = {}
+    for problem in problems:
+        if isinstance(problem, MtsmProblem):
+            continue  # mtsm's nearby kernels are fitted per size, not kept as winners
+        for range_idx, later in sorted(stale_ranges(problem, entries).items()):
+            if range_idx in wanted(problem):
+                key = _dispatch.problem_key(problem)
+                print(f"{key} K>={k_ranges(problem)[range_idx][0]}: later winners at {', '.join(later)}")
+                op, dtype, shape = key.split(":")
+                shapes.setdefault((op, dtype), []).append(shape.replace(f"{problem.m}x{problem.m}", str(problem.m)))
+    for (op, dtype), listed in shapes.items():
+        print(f"--ops {op} --dtypes {dtype} --shapes {','.join(dict.fromkeys(listed))}")
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--ops", default="atb,ab",
@@ -587,6 +629,10 @@ def main(argv=None) -> None:
     parser.add_argument("--confirm-seconds", type=float, default=0.0,
                         help=f"time the {CONFIRM_FINALISTS} fastest and XLA's dot again in loops of this long and "
                              "choose among them (0.3: the clock an H200's power cap settles at; 0: off)")
+    parser.add_argument("--stale", metavar="DEVICE", default=None,
+                        help="list the shapes of --ops/--dtypes/--shapes whose entries on the GPU model DEVICE "
+                             "(e.g. 'NVIDIA H200') predate a different winner at a nearby width, for --shapes "
+                             "of a re-tune, and stop (no GPU needed)")
     parser.add_argument("--device-db", action="store_true",
                         help="write the database of the GPU model (this GPU's, or the bench reports'), "
                              "whose entries for a key serve from their lowest K range up: the architecture's "
@@ -633,6 +679,9 @@ def main(argv=None) -> None:
         return {i for i, (range_min, _) in enumerate(k_ranges(problem))
                 if args.k_min <= range_min and (args.k_max is None or range_min <= args.k_max)}
 
+    if args.stale is not None:
+        print_stale(problems, wanted, _dispatch.database(_cuda.arch(), args.stale))
+        return
     if args.compile_only:
         arch = _cuda.arch()  # the default architecture where this machine has no GPU
         kernels = list(dict.fromkeys(spec for problem in problems

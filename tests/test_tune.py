@@ -181,6 +181,36 @@ def test_compile_only_caches_what_the_tuning_times_first(monkeypatch, tmp_path, 
         assert any(name.startswith(spec.name + "_sm_90_") for name in cached), spec.name
 
 
+def test_stale_entries_predate_another_kernel_winning_nearby(monkeypatch, capsys):
+    """An entry is stale where a winner ``nearby_winners`` offers now is another
+    kernel, tuned on a later day (an undated entry predates every dated one): its
+    tuning could not time it. ``--stale`` lists such shapes for a re-tune."""
+    monkeypatch.setattr(tune, "NEARBY_WINNERS", 2)
+    monkeypatch.setattr(tune, "K_RANGES", ((0, 300), (1000, 2000)))
+    problem = Problem("atb", "float64", 5, 5)
+    base = default_config(problem)
+    other, third = (dataclasses.replace(base, unroll=u, stages=s) for u, s in ((3, 3), (1, 2)))
+
+    def won(range_idx, config, pct, date=None):
+        return {"k_range": range_idx, "k_min": 1000 * range_idx, "config": dataclasses.asdict(config),
+                "tsmm_pct": pct, **({"date": date} if date else {})}
+
+    entries = {
+        "atb:float64:5x5": [won(0, base, 90.0, "2026-11-20"), won(1, base, 90.0)],
+        "atb:float64:6x6": [won(0, other, 95.0, "2026-11-21"), won(1, base, 95.0, "2026-11-21")],
+        "atb:float64:4x4": [won(0, third, 94.0, "2026-11-20")],  # the same day: it may have competed
+    }
+    assert tune.stale_ranges(problem, entries) == {0: ["6x6"]}  # range 1: 6x6 won with 5x5's own kernel
+    entries["atb:float64:6x6"][1] = won(1, third, 95.0, "2026-11-19")
+    assert tune.stale_ranges(problem, entries) == {0: ["6x6"], 1: ["6x6"]}  # undated: before any day
+    entries["atb:float64:5x5"][0]["date"] = "2026-11-22"
+    assert tune.stale_ranges(problem, entries) == {1: ["6x6"]}
+    monkeypatch.setattr(_dispatch, "database", lambda arch, device="": entries)
+    tune.main(["--stale", "NVIDIA H200", "--ops", "atb", "--dtypes", "float64", "--shapes", "5", "--k-min", "1000"])
+    assert capsys.readouterr().out == ("atb:float64:5x5 K>=1000: later winners at 6x6\n"
+                                       "--ops atb --dtypes float64 --shapes 5\n")
+
+
 @pytest.mark.nvcc
 def test_winners_at_nearby_widths_compete(monkeypatch):
     """The fastest winners (by % of roofline, then the nearest) of the same K range
