@@ -296,8 +296,9 @@ def stale_ranges(problem: Problem, entries: dict) -> dict[int, list[str]]:
         range_idx, config = range_index(entry), entry["config"]
         target = _dispatch.real_view_problem(problem) if entry.get("real_view") else problem
         own = None if config is None else KernelSpec(target, Config(**config))
+        date = entry.get("date", "")
         later = [shape for spec, shape in nearby_winners(problem, range_idx, entries).items()
-                 if spec != own and any(range_index(winner) == range_idx and winner.get("date", "") > entry.get("date", "")
+                 if spec != own and any(range_index(winner) == range_idx and winner.get("date", "") > date
                                         for winner in entries[f"{op}:{dtype}:{shape}"])]
         if later:
             stale[range_idx] = later
@@ -594,8 +595,9 @@ def print_stale(problems: list, wanted, entries: dict) -> None:
             if range_idx in wanted(problem):
                 key = _dispatch.problem_key(problem)
                 print(f"{key} K>={k_ranges(problem)[range_idx][0]}: later winners at {', '.join(later)}")
-                op, dtype, shape = key.split(":")
-                shapes.setdefault((op, dtype), []).append(shape.replace(f"{problem.m}x{problem.m}", str(problem.m)))
+                op, dtype, _ = key.split(":")
+                shape = str(problem.m) if problem.m == problem.n else f"{problem.m}x{problem.n}"
+                shapes.setdefault((op, dtype), []).append(shape)
     for (op, dtype), listed in shapes.items():
         print(f"--ops {op} --dtypes {dtype} --shapes {','.join(dict.fromkeys(listed))}")
 
