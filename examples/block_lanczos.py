@@ -34,7 +34,7 @@ from jax import lax
 import jax_tsmm
 from jax_tsmm import linalg
 
-HIGHEST = lax.Precision.HIGHEST
+from jnp_products import matmul_products  # the same code with jnp.matmul
 
 
 # --- the operator --------------------------------------------------------------------
@@ -124,31 +124,6 @@ def solve(side, block, nev, degree, tol, max_iter, dtype, seed=0):
         print(f"(not converged to {tol:.0e} in {max_iter} iterations: raise --degree or --max-iter)")
     seconds = time.perf_counter() - start
     return lam_h, res_h, float(orth), it, seconds
-
-
-# --- the same code with jnp.matmul -----------------------------------------------------
-
-
-def _atb_jnp(a, b, *, conj=False):
-    a = jnp.conj(a) if conj else a
-    return jnp.matmul(jnp.swapaxes(a, -1, -2), b, precision=HIGHEST)
-
-
-def _ab_jnp(a, c, *, out=None, alpha=1, beta=0):
-    prod = alpha * jnp.matmul(a, c, precision=HIGHEST)
-    return prod if out is None or beta == 0 else prod + beta * out
-
-
-@contextlib.contextmanager
-def matmul_products():
-    """Trace with jnp.matmul in place of jax_tsmm.atb / ab (here and in linalg)."""
-    saved = jax_tsmm.atb, jax_tsmm.ab, linalg.atb, linalg.ab
-    jax_tsmm.atb = linalg.atb = _atb_jnp
-    jax_tsmm.ab = linalg.ab = _ab_jnp
-    try:
-        yield
-    finally:
-        jax_tsmm.atb, jax_tsmm.ab, linalg.atb, linalg.ab = saved
 
 
 def main():

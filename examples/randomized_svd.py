@@ -32,6 +32,8 @@ from jax import lax
 import jax_tsmm
 from jax_tsmm import linalg
 
+from jnp_products import matmul_products  # the same code with jnp.matmul
+
 HIGHEST = lax.Precision.HIGHEST
 DECAY, SPECTRUM = 0.7, 256  # σ_i = DECAY^i for i < SPECTRUM, 0 beyond
 
@@ -57,32 +59,6 @@ def randomized_svd(a, omega, power: int):
     w, s, p_t = jnp.linalg.svd(r)                                 # R = W Σ Pᵀ: B = P Σ Wᵀ Q_zᵀ
     orth = jnp.linalg.norm(jax_tsmm.atb(q, q) - jnp.eye(q.shape[-1], dtype=q.dtype), 2)
     return jax_tsmm.ab(q, p_t.T), s, jax_tsmm.ab(q_z, w), orth
-
-
-def _mtsm_jnp(a, x, *, transpose_a=False, conj=False):
-    return jnp.matmul(jnp.swapaxes(a, -1, -2) if transpose_a else a, x, precision=HIGHEST)
-
-
-def _atb_jnp(a, b, *, conj=False):
-    return jnp.matmul(jnp.swapaxes(a, -1, -2), b, precision=HIGHEST)
-
-
-def _ab_jnp(a, c, *, out=None, alpha=1, beta=0):
-    prod = alpha * jnp.matmul(a, c, precision=HIGHEST)
-    return prod if out is None or beta == 0 else prod + beta * out
-
-
-@contextlib.contextmanager
-def matmul_products():
-    """Trace with jnp.matmul in place of jax_tsmm.mtsm / atb / ab (here and in linalg)."""
-    saved = jax_tsmm.mtsm, jax_tsmm.atb, jax_tsmm.ab, linalg.atb, linalg.ab
-    jax_tsmm.mtsm = _mtsm_jnp
-    jax_tsmm.atb = linalg.atb = _atb_jnp
-    jax_tsmm.ab = linalg.ab = _ab_jnp
-    try:
-        yield
-    finally:
-        jax_tsmm.mtsm, jax_tsmm.atb, jax_tsmm.ab, linalg.atb, linalg.ab = saved
 
 
 def timed(a, omega, power: int, repeats: int = 5):

@@ -9,7 +9,6 @@ jnp.matmul in place of the primitives.
 
 from __future__ import annotations
 
-import contextlib
 import re
 
 import jax
@@ -22,6 +21,7 @@ from jax.test_util import check_grads
 import jax_tsmm
 from jax_tsmm import _kernels, linalg
 from jax_tsmm._primitives import ab_update_p
+from jnp_products import matmul_products  # examples/: linalg's products as jnp.matmul
 from reference import is_complex, random_operand
 
 DTYPES = ("float32", "float64", "complex64", "complex128")
@@ -195,27 +195,6 @@ def test_batched_and_vmap():
 
 
 # --- derivatives -----------------------------------------------------------------------
-
-
-def _atb_jnp(a, b, *, conj=False):
-    a = jnp.conj(a) if conj else a
-    return jnp.matmul(jnp.swapaxes(a, -1, -2), b, precision=HIGHEST)
-
-
-def _ab_jnp(a, c, *, out=None, alpha=1, beta=0):
-    prod = alpha * jnp.matmul(a, c, precision=HIGHEST)
-    return prod if out is None or beta == 0 else prod + beta * out
-
-
-@contextlib.contextmanager
-def matmul_products():
-    """Run jax_tsmm.linalg with jnp.matmul in place of the primitives."""
-    saved = linalg.atb, linalg.ab
-    linalg.atb, linalg.ab = _atb_jnp, _ab_jnp
-    try:
-        yield
-    finally:
-        linalg.atb, linalg.ab = saved
 
 
 def _loss(fn, weights):
