@@ -62,11 +62,7 @@ def prebuilt_specs(databases: tuple[dict, ...] = ()) -> list[KernelSpec]:
             for entry in entries.get(problem_key(problem), []):
                 if entry["config"] is not None and not entry.get("real_view", False):
                     specs.append(KernelSpec(problem, Config(**entry["config"])))
-    by_name = {}  # one kernel a name: configurations that differ in launch parameters alone share it
-    for spec in specs:
-        if not spec.arch_specific:
-            by_name.setdefault(spec.name, spec)
-    return list(by_name.values())
+    return _one_per_name(specs)
 
 
 def prebuilt_mtsm_problems() -> list[mtsm.MtsmProblem]:
@@ -88,6 +84,12 @@ def prebuilt_mtsm_specs(databases: tuple[dict, ...] = ()) -> list[mtsm.MtsmSpec]
             for entry in entries.get(mtsm.mtsm_key(problem.transpose_a, problem.dtype, problem.n), []):
                 if entry["config"] is not None:
                     specs.append(mtsm.MtsmSpec(problem, mtsm.MtsmConfig(**entry["config"])))
+    return _one_per_name(specs)
+
+
+def _one_per_name(specs: list) -> list:
+    """``specs`` in order, the first of each kernel name (configurations that differ in
+    launch parameters alone share a kernel), without sm_90a's (wgmma)."""
     by_name = {}
     for spec in specs:
         if not spec.arch_specific:

@@ -289,17 +289,15 @@ def stale_ranges(problem: Problem, entries: dict) -> dict[int, list[str]]:
     shapes. ``--stale`` lists them, for a re-tune: on an H200 the float64 ab
     entries it flags at 28, 29, 31, 39, 41, 50, 51 and 58 gained 4.1-8.4 % in GB/s
     when re-tuned (sixty-fourth round)."""
-    key = _dispatch.problem_key(problem)
-    op, dtype, _ = key.split(":")
     stale = {}
-    for entry in entries.get(key, []):
+    for entry in entries.get(_dispatch.problem_key(problem), []):
         range_idx, config = range_index(entry), entry["config"]
         target = _dispatch.real_view_problem(problem) if entry.get("real_view") else problem
         own = None if config is None else KernelSpec(target, Config(**config))
         date = entry.get("date", "")
         later = [shape for spec, shape in nearby_winners(problem, range_idx, entries).items()
                  if spec != own and any(range_index(winner) == range_idx and winner.get("date", "") > date
-                                        for winner in entries[f"{op}:{dtype}:{shape}"])]
+                                        for winner in entries[f"{_dispatch.op_name(problem)}:{problem.dtype}:{shape}"])]
         if later:
             stale[range_idx] = later
     return stale
@@ -593,11 +591,10 @@ def print_stale(problems: list, wanted, entries: dict) -> None:
             continue  # mtsm's nearby kernels are fitted per size, not kept as winners
         for range_idx, later in sorted(stale_ranges(problem, entries).items()):
             if range_idx in wanted(problem):
-                key = _dispatch.problem_key(problem)
-                print(f"{key} K>={k_ranges(problem)[range_idx][0]}: later winners at {', '.join(later)}")
-                op, dtype, _ = key.split(":")
+                print(f"{_dispatch.problem_key(problem)} K>={k_ranges(problem)[range_idx][0]}: "
+                      f"later winners at {', '.join(later)}")
                 shape = str(problem.m) if problem.m == problem.n else f"{problem.m}x{problem.n}"
-                shapes.setdefault((op, dtype), []).append(shape)
+                shapes.setdefault((_dispatch.op_name(problem), problem.dtype), []).append(shape)
     for (op, dtype), listed in shapes.items():
         print(f"--ops {op} --dtypes {dtype} --shapes {','.join(dict.fromkeys(listed))}")
 
