@@ -476,6 +476,14 @@ def markdown(report: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def write_report(report: dict, path: str) -> None:
+    """The report as JSON at ``path`` and as Markdown beside it (.md)."""
+    with open(path, "w") as f:
+        json.dump(report, f, indent=1)
+    with open(path.removesuffix(".json") + ".md", "w") as f:
+        f.write(markdown(report))
+
+
 def plot(rows: list[dict], path: str, device: str) -> None:
     import matplotlib
 
@@ -618,26 +626,29 @@ def main(argv=None) -> None:
     mtsm_count = 2 * len(dtypes) * len(mtsm_sizes) * len(mtsm_widths) if "mtsm" in ops else 0
     total = len(problems) + mtsm_count + len(tall_ops) * len(sweep_points(dtypes, sweep_widths, sweep_ks))
     counter = itertools.count(1)
-
-    def show(row: dict) -> None:  # progress: every row as it is timed, numbered
-        print(f"[{next(counter)}/{total}] ", end="")
-        _print_row(row)
-
-    rows = []
-    for op, dtype, m, n in problems:
-        rows.append(bench_shape(op, dtype, m, n, problem_rows(m, n, dtype), ceilings, args.model))
-        show(rows[-1])
-    if "mtsm" in ops:
-        rows += mtsm_rows(dtypes, ceilings, args.model, mtsm_sizes, mtsm_widths, show)
-    sweep = k_sweep(ceilings, tall_ops, dtypes, sweep_widths, sweep_ks, args.model, show)
     report = {
         "device": device.device_kind, "date": str(datetime.date.today()), "jax": jax.__version__,
-        "ceilings": ceilings, "loop_seconds": LOOP_SECONDS, "rows": rows, "k_sweep": sweep,
+        "ceilings": ceilings, "loop_seconds": LOOP_SECONDS, "rows": [], "k_sweep": [], "complete": False,
     }
-    with open(args.json, "w") as f:
-        json.dump(report, f, indent=1)
-    with open(args.json.removesuffix(".json") + ".md", "w") as f:
-        f.write(markdown(report))
+    section = report["rows"]
+
+    def show(row: dict) -> None:
+        """Progress: every row as it is timed, numbered; and the report so far on
+        disk, so that a run cut off at a device call's limit keeps its rows."""
+        section.append(row)
+        print(f"[{next(counter)}/{total}] ", end="")
+        _print_row(row)
+        write_report(report, args.json)
+
+    for op, dtype, m, n in problems:
+        show(bench_shape(op, dtype, m, n, problem_rows(m, n, dtype), ceilings, args.model))
+    if "mtsm" in ops:
+        mtsm_rows(dtypes, ceilings, args.model, mtsm_sizes, mtsm_widths, show)
+    section = report["k_sweep"]
+    k_sweep(ceilings, tall_ops, dtypes, sweep_widths, sweep_ks, args.model, show)
+    report["complete"] = True
+    write_report(report, args.json)
+    rows = report["rows"]
     if rows:
         plot(rows, args.plot, f"{device.device_kind} ({datetime.date.today()})")
         print(summary(rows))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 
 import numpy as np
@@ -141,11 +142,8 @@ def test_the_plot_has_a_panel_per_op_and_dtype_mtsm_included(tmp_path):
     assert int.from_bytes(header[20:24], "big") == 4 * 3 * 120  # height: four panels
 
 
-def test_main_numbers_every_row_as_it_is_timed(monkeypatch, tmp_path, capsys):
-    """A whole run (its GPU faked, every call timed at 1 ms): the main rows (widths and
-    the pairs asked for), the mtsm grid and the K sweep are numbered [i/total] as
-    they come, then written out."""
-    pytest.importorskip("matplotlib")
+def _fake_gpu_run(monkeypatch, seconds_per_call=lambda *args, **kwargs: 1e-3):
+    """bench.main on a faked GPU, with ``seconds_per_call`` for its timer."""
 
     class FakeGpu:
         platform, device_kind = "gpu", "Fake GPU"
@@ -161,7 +159,15 @@ def test_main_numbers_every_row_as_it_is_timed(monkeypatch, tmp_path, capsys):
     monkeypatch.setattr(bench, "measure_ceilings", lambda: ceilings)
     monkeypatch.setattr(bench._kernels, "precompile", lambda specs, arch: None)
     monkeypatch.setattr(bench, "operand_sets", lambda *args: [])  # the gigabyte inputs, never timed here
-    monkeypatch.setattr(bench, "seconds_per_call", lambda *args, **kwargs: 1e-3)
+    monkeypatch.setattr(bench, "seconds_per_call", seconds_per_call)
+
+
+def test_main_numbers_every_row_as_it_is_timed(monkeypatch, tmp_path, capsys):
+    """A whole run (its GPU faked, every call timed at 1 ms): the main rows (widths and
+    the pairs asked for), the mtsm grid and the K sweep are numbered [i/total] as
+    they come, then written out."""
+    pytest.importorskip("matplotlib")
+    _fake_gpu_run(monkeypatch)
     json_path = tmp_path / "run.json"
     bench.main(["--dtypes", "float32", "--ops", "atb,mtsm", "--widths", "1,2", "--pairs", "1x3",
                 "--mtsm-sizes", "64", "--mtsm-widths", "1,3", "--k-sweep", "--k-sweep-widths", "2",
@@ -170,9 +176,30 @@ def test_main_numbers_every_row_as_it_is_timed(monkeypatch, tmp_path, capsys):
     total = 3 + 2 * 2 + 3  # atb at 1, 2 and 1 x 3; mtsm's layouts at N = 1, 3; the sweep's K
     assert numbered == [f"[{i}/{total}]" for i in range(1, total + 1)]
     report = json.loads(json_path.read_text())
+    assert report["complete"]
     assert len(report["rows"]) == 3 + 4 and len(report["k_sweep"]) == 3
     assert [(row["M"], row["N"]) for row in report["rows"][:3]] == [(1, 1), (2, 2), (1, 3)]
     assert (tmp_path / "run.png").exists() and (tmp_path / "run.md").exists()
+
+
+def test_a_run_cut_off_keeps_the_rows_it_timed(monkeypatch, tmp_path):
+    """A run stopped after its second row (a device call's time limit) leaves a report
+    of those two rows, marked incomplete, in JSON and Markdown."""
+    calls = itertools.count()
+
+    def timer_that_stops(*args, **kwargs):
+        if next(calls) == 2 * 2:  # each row times jax_tsmm and XLA's dot
+            raise KeyboardInterrupt
+        return 1e-3
+
+    _fake_gpu_run(monkeypatch, timer_that_stops)
+    json_path = tmp_path / "run.json"
+    with pytest.raises(KeyboardInterrupt):
+        bench.main(["--dtypes", "float64", "--ops", "ab", "--widths", "1-4", "--no-pairs", "--json", str(json_path)])
+    report = json.loads(json_path.read_text())
+    assert not report["complete"]
+    assert [(row["M"], row["N"]) for row in report["rows"]] == [(1, 1), (2, 2)]
+    assert (tmp_path / "run.md").read_text().count("| ab | float64 |") == 2
 
 
 def _no_device_for_timing(monkeypatch):
