@@ -21,6 +21,9 @@ dispatch chose XLA's dot; with ``real_view`` that of the real kernel a complex
 problem ran as, see ``_dispatch``); ``--model`` times the model's kernel everywhere,
 ignoring the tuning database, which is how the database is rebuilt
 (``python -m jax_tsmm.tune --from-bench``).
+The report (``--json``, and Markdown beside it) is rewritten after every row
+and marked ``"complete": true`` at the end, so that a run cut off keeps what it
+timed; the plot and the summary table come at the end.
 
 ``--ops mtsm`` adds the large × skinny products (``jax_tsmm.mtsm``, op "mtsm" for
 A X and "mtsm_t" for Aᵀ X): M = K in MTSM_SIZES (``--mtsm-sizes``), N in MTSM_WIDTHS
