@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import importlib.util
 import os
 import pathlib
 import re
@@ -56,17 +57,31 @@ def cache_dir() -> pathlib.Path:
 
 @functools.cache
 def nvcc() -> str:
+    """The compiler of the kernels outside the prebuilt set: $JAX_TSMM_NVCC, else the
+    first nvcc on PATH, under $CUDA_HOME or $CUDA_PATH, of NVIDIA's pip packages
+    (``pip_nvccs``) or under /usr/local/cuda."""
     candidates = [os.environ.get("JAX_TSMM_NVCC"), shutil.which("nvcc")]
-    for home in (os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda"):
-        if home:
-            candidates.append(os.path.join(home, "bin", "nvcc"))
+    candidates += [os.path.join(home, "bin", "nvcc")
+                   for home in (os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH")) if home]
+    candidates += [*pip_nvccs(), "/usr/local/cuda/bin/nvcc"]
     for path in candidates:
         if path and os.access(path, os.X_OK):
             return path
     raise NvccNotFound(
         "jax_tsmm needs nvcc to compile kernels for shapes outside its prebuilt set; "
-        "put it on PATH or set JAX_TSMM_NVCC"
+        "put it on PATH, set JAX_TSMM_NVCC, or pip install nvidia-cuda-nvcc"
     )
+
+
+def pip_nvccs() -> list[str]:
+    """Where NVIDIA's pip package nvidia-cuda-nvcc puts nvcc (nvidia/cu13/bin/nvcc,
+    since CUDA 13), in each place the ``nvidia`` namespace package spans:
+    ``pip install 'jax[cuda13]'`` installs it beside JAX's CUDA plugin, off PATH.
+    With its nvvm, runtime and crt packages it compiles the same cubins as the
+    toolkit's nvcc of its version (docs/gpu.md)."""
+    spec = importlib.util.find_spec("nvidia")
+    locations = spec.submodule_search_locations if spec else None
+    return [os.path.join(location, "cu13", "bin", "nvcc") for location in locations or []]
 
 
 @functools.cache

@@ -155,6 +155,27 @@ def test_without_nvcc_only_the_prebuilt_kernels_run(no_nvcc):
     assert "tsmm_atb" in cuda_hlo(jax_tsmm.atb, prebuilt, prebuilt)
 
 
+def test_the_nvcc_of_nvidias_pip_package_is_found(tmp_path, monkeypatch):
+    """Off PATH, and without $JAX_TSMM_NVCC, $CUDA_HOME or $CUDA_PATH: the nvcc that
+    `pip install 'jax[cuda13]'` brings (nvidia-cuda-nvcc, nvidia/cu13/bin/nvcc)."""
+    site = tmp_path / "site-packages"
+    pip_nvcc = site / "nvidia" / "cu13" / "bin" / "nvcc"
+    pip_nvcc.parent.mkdir(parents=True)
+    (site / "nvidia" / "__init__.py").write_text("")  # ahead of any other nvidia package on sys.path
+    pip_nvcc.write_text("#!/bin/sh\n")
+    pip_nvcc.chmod(0o755)
+    for name in ("JAX_TSMM_NVCC", "CUDA_HOME", "CUDA_PATH"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.delitem(sys.modules, "nvidia", raising=False)
+    monkeypatch.syspath_prepend(str(site))
+    _kernels.nvcc.cache_clear()
+    try:
+        assert _kernels.nvcc() == str(pip_nvcc)
+    finally:
+        _kernels.nvcc.cache_clear()
+
+
 @pytest.mark.nvcc
 def test_disk_cache_serves_a_second_process(tmp_path):
     cache = tmp_path / "cache"
