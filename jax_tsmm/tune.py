@@ -7,6 +7,7 @@
     python -m jax_tsmm.tune --xla-aligned-from bench.json [...] [--device-db]
     python -m jax_tsmm.tune --compile-only [--ops ...] [--dtypes ...] [--shapes ...] [--candidates N] [--k-min K]
     python -m jax_tsmm.tune --stale "NVIDIA H200" [--ops ...] [--dtypes ...] [--shapes ...] [--k-min K]
+    python -m jax_tsmm.tune --only-stale [--compile-only "NVIDIA H200"] [--ops ...] [--k-min K] [...]
 
 For each (op, dtype, M, N) and each K range, the candidates of
 ``codegen.search`` (pruned by hardware limits, occupancy and a register-reuse
@@ -18,7 +19,10 @@ architecture's other GPU models, and the fastest winners at nearby tuned widths
 (``nearby_winners``); ``--refine`` rounds of local search then time the
 neighbours of the fastest. ``--stale`` lists, without a GPU, the entries of a
 GPU model tuned before a different winner at a nearby width, which their
-tuning could not time (``stale_ranges``).
+tuning could not time (``stale_ranges``); ``--only-stale`` tunes those ranges
+alone (on a GPU, its model's; with ``--compile-only``, compiles for the model it
+names), anew: a re-tune dates them today, so a run cut off and run again goes
+on with the rest (and with the ranges its new winners made stale).
 The winner goes into ``jax_tsmm/tuning/<arch>.json`` with its time, its % of
 roofline and XLA's time; where XLA wins, the entry says so and dispatch uses
 XLA. ab's fused update (``--ops ab_update``: V − Q C in place, against XLA's
@@ -582,6 +586,19 @@ def _save(path: pathlib.Path, db: dict) -> None:
     os.replace(tmp, path)
 
 
+def only_stale_model(named: str, compile_only: bool) -> str:
+    """The GPU model whose stale ranges ``--only-stale`` tunes: this GPU's, or
+    with ``--compile-only`` the one it names."""
+    if compile_only:
+        if not named:
+            raise SystemExit("--only-stale with --compile-only names the GPU model, e.g. --only-stale 'NVIDIA H200'")
+        return named
+    here = _cuda.device_kind()
+    if named and named != here:
+        raise SystemExit(f"--only-stale {named!r}: this GPU is an {here}, whose own stale ranges a run tunes")
+    return here
+
+
 def print_stale(problems: list, wanted, entries: dict) -> None:
     """``--stale``: each stale problem and range (``stale_ranges``) of the ``wanted``
     ranges, then per op and dtype a --shapes value naming them."""
@@ -632,6 +649,9 @@ def main(argv=None) -> None:
                         help="list the shapes of --ops/--dtypes/--shapes whose entries on the GPU model DEVICE "
                              "(e.g. 'NVIDIA H200') predate a different winner at a nearby width, for --shapes "
                              "of a re-tune, and stop (no GPU needed)")
+    parser.add_argument("--only-stale", nargs="?", const="", default=None, metavar="DEVICE",
+                        help="tune only the ranges --stale lists for this GPU's model (with --compile-only: "
+                             "compile for those of DEVICE, e.g. 'NVIDIA H200'), anew")
     parser.add_argument("--device-db", action="store_true",
                         help="write the database of the GPU model (this GPU's, or the bench reports'), "
                              "whose entries for a key serve from their lowest K range up: the architecture's "
@@ -674,9 +694,21 @@ def main(argv=None) -> None:
         problems += [MtsmProblem(op == "mtsm_t", dtype, n) for dtype in dtypes for op in ops if op in MTSM_OPS
                      for n in bench.parse_widths(args.shapes)]
 
-    def wanted(problem) -> set[int]:
+    def in_k_bounds(problem) -> set[int]:
         return {i for i, (range_min, _) in enumerate(k_ranges(problem))
                 if args.k_min <= range_min and (args.k_max is None or range_min <= args.k_max)}
+
+    wanted = in_k_bounds
+    if args.only_stale is not None:
+        stale_of = only_stale_model(args.only_stale, args.compile_only)
+        entries = _dispatch.database(_cuda.arch(), stale_of)
+
+        def wanted(problem) -> set[int]:  # mtsm's nearby kernels are fitted per size, never stale
+            return set() if isinstance(problem, MtsmProblem) else in_k_bounds(problem) & set(
+                stale_ranges(problem, entries))
+
+        problems = [problem for problem in problems if wanted(problem)]
+        print(f"{len(problems)} problems with stale ranges on {stale_of}", flush=True)
 
     if args.stale is not None:
         print_stale(problems, wanted, _dispatch.database(_cuda.arch(), args.stale))
@@ -703,7 +735,7 @@ def main(argv=None) -> None:
         else:
             tune_one, key = tune_problem, _dispatch.problem_key(problem)
         table, ranges, old = k_ranges(problem), wanted(problem), db["entries"].get(key, [])
-        if not args.again and ranges <= _tuned_ranges(old, table):
+        if not (args.again or args.only_stale is not None) and ranges <= _tuned_ranges(old, table):
             continue  # resume
         print(f"[{index + 1}/{len(problems)}] {key}", flush=True)
         start = time.monotonic()

@@ -181,10 +181,9 @@ def test_compile_only_caches_what_the_tuning_times_first(monkeypatch, tmp_path, 
         assert any(name.startswith(spec.name + "_sm_90_") for name in cached), spec.name
 
 
-def test_stale_entries_predate_another_kernel_winning_nearby(monkeypatch, capsys):
-    """An entry is stale where a winner ``nearby_winners`` offers now is another
-    kernel, tuned on a later day (an undated entry predates every dated one): its
-    tuning could not time it. ``--stale`` lists such shapes for a re-tune."""
+def _entries_with_a_stale_width(monkeypatch) -> tuple[Problem, dict]:
+    """atb float64 5 × 5 in two K ranges, and entries at 4 × 4 and 6 × 6 beside it
+    (NEARBY_WINNERS 2): 6 × 6's range 0 won with another kernel a day after 5 × 5's."""
     monkeypatch.setattr(tune, "NEARBY_WINNERS", 2)
     monkeypatch.setattr(tune, "K_RANGES", ((0, 300), (1000, 2000)))
     problem = Problem("atb", "float64", 5, 5)
@@ -200,8 +199,18 @@ def test_stale_entries_predate_another_kernel_winning_nearby(monkeypatch, capsys
         "atb:float64:6x6": [won(0, other, 95.0, "2026-11-21"), won(1, base, 95.0, "2026-11-21")],
         "atb:float64:4x4": [won(0, third, 94.0, "2026-11-20")],  # the same day: it may have competed
     }
+    return problem, entries
+
+
+def test_stale_entries_predate_another_kernel_winning_nearby(monkeypatch, capsys):
+    """An entry is stale where a winner ``nearby_winners`` offers now is another
+    kernel, tuned on a later day (an undated entry predates every dated one): its
+    tuning could not time it. ``--stale`` lists such shapes for a re-tune."""
+    problem, entries = _entries_with_a_stale_width(monkeypatch)
+    third = dataclasses.replace(default_config(problem), unroll=1, stages=2)
     assert tune.stale_ranges(problem, entries) == {0: ["6x6"]}  # range 1: 6x6 won with 5x5's own kernel
-    entries["atb:float64:6x6"][1] = won(1, third, 95.0, "2026-11-19")
+    entries["atb:float64:6x6"][1] = dict(entries["atb:float64:6x6"][1], config=dataclasses.asdict(third),
+                                         date="2026-11-19")
     assert tune.stale_ranges(problem, entries) == {0: ["6x6"], 1: ["6x6"]}  # undated: before any day
     entries["atb:float64:5x5"][0]["date"] = "2026-11-22"
     assert tune.stale_ranges(problem, entries) == {1: ["6x6"]}
@@ -209,6 +218,21 @@ def test_stale_entries_predate_another_kernel_winning_nearby(monkeypatch, capsys
     tune.main(["--stale", "NVIDIA H200", "--ops", "atb", "--dtypes", "float64", "--shapes", "5", "--k-min", "1000"])
     assert capsys.readouterr().out == ("atb:float64:5x5 K>=1000: later winners at 6x6\n"
                                        "--ops atb --dtypes float64 --shapes 5\n")
+
+
+def test_only_stale_compiles_for_the_stale_ranges_alone(monkeypatch, capsys):
+    """--only-stale DEVICE --compile-only: of the shapes asked, the kernels the tuning
+    of their stale ranges on DEVICE times first; the model must be named there."""
+    problem, entries = _entries_with_a_stale_width(monkeypatch)
+    asked = []
+    monkeypatch.setattr(_dispatch, "database", lambda arch, device="": entries)
+    monkeypatch.setattr(tune._kernels, "precompile", lambda specs, arch: asked.append(list(specs)))
+    tune.main(["--compile-only", "--only-stale", "NVIDIA H200", "--ops", "atb,mtsm", "--dtypes", "float64",
+               "--shapes", "4-6", "--candidates", "2"])
+    assert asked == [tune.opening_kernels(problem, 2, "sm_90", {0})]
+    assert capsys.readouterr().out.startswith("1 problems with stale ranges on NVIDIA H200\n")
+    with pytest.raises(SystemExit, match="names the GPU model"):
+        tune.main(["--compile-only", "--only-stale", "--ops", "atb"])
 
 
 @pytest.mark.nvcc
