@@ -45,6 +45,7 @@ import math
 import statistics
 import sys
 import time
+from collections.abc import Iterator
 
 import jax
 import jax.numpy as jnp
@@ -346,12 +347,11 @@ def mtsm_operand_sets(dtype, m: int, k: int, n: int, seed: int, transpose_a: boo
     return [(_random(next(keys), a_shape, dtype), _random(next(keys), (k, n), dtype)) for _ in range(count)]
 
 
-def mtsm_rows(dtypes, ceilings: dict, model: bool = False, sizes=MTSM_SIZES, widths=MTSM_WIDTHS,
-              show=lambda row: None) -> list[dict]:
+def mtsm_rows(dtypes, ceilings: dict, model: bool = False, sizes=MTSM_SIZES,
+              widths=MTSM_WIDTHS) -> Iterator[dict]:
     """Every (dtype, M = K in ``sizes``, N in ``widths``, transpose_a) of the mtsm
-    grid, each passed to ``show`` as it is timed; one pair of A matrices per dtype
-    and size serves both layouts and every N."""
-    rows = []
+    grid, each row as it is timed; one pair of A matrices per dtype and size
+    serves both layouts and every N."""
     for dtype in dtypes:
         for size in sizes:
             count = mtsm_set_count(dtype, size, size, max(widths))
@@ -367,7 +367,7 @@ def mtsm_rows(dtypes, ceilings: dict, model: bool = False, sizes=MTSM_SIZES, wid
                         spec = _mtsm.select(dtype, transpose_a, width, False, size, _cuda.arch(), _cuda.device_kind())
                         ours_s = seconds_per_call(ours, sets, best)
                     xla_s = seconds_per_call(xla, sets, best)
-                    row = {
+                    yield {
                         "op": MTSM_OPS[transpose_a], "dtype": np.dtype(dtype).name,
                         "M": size, "N": width, "K": size,
                         "config": dataclasses.asdict(spec.config) if spec else None,
@@ -375,10 +375,7 @@ def mtsm_rows(dtypes, ceilings: dict, model: bool = False, sizes=MTSM_SIZES, wid
                         "tsmm_pct": 100 * best / ours_s, "xla_pct": 100 * best / xla_s,
                         "speedup": xla_s / ours_s,
                     }
-                    rows.append(row)
-                    show(row)
             del matrices
-    return rows
 
 
 K_SWEEP = tuple(1 << log_k for log_k in range(10, 29, 2))
@@ -391,16 +388,12 @@ def sweep_points(dtypes, widths, ks) -> list[tuple]:
             if k * width * np.dtype(dtype).itemsize <= SWEEP_MAX_BYTES]
 
 
-def k_sweep(ceilings: dict, ops, dtypes, widths, ks=K_SWEEP, model: bool = False,
-            show=lambda row: None) -> list[dict]:
+def k_sweep(ceilings: dict, ops, dtypes, widths, ks=K_SWEEP, model: bool = False) -> Iterator[dict]:
     """Ramp-up with K for each op, dtype and M = N in ``widths`` (``sweep_points``),
-    each row passed to ``show`` as it is timed."""
-    rows = []
+    each row as it is timed."""
     for dtype, width, k in sweep_points(dtypes, widths, ks):
         for op in ops:
-            rows.append(bench_shape(op, dtype, width, width, k, ceilings, model))
-            show(rows[-1])
-    return rows
+            yield bench_shape(op, dtype, width, width, k, ceilings, model)
 
 
 # --- reporting -----------------------------------------------------------------
@@ -645,10 +638,11 @@ def main(argv=None) -> None:
 
     for op, dtype, m, n in problems:
         show(bench_shape(op, dtype, m, n, problem_rows(m, n, dtype), ceilings, args.model))
-    if "mtsm" in ops:
-        mtsm_rows(dtypes, ceilings, args.model, mtsm_sizes, mtsm_widths, show)
+    for row in mtsm_rows(dtypes, ceilings, args.model, mtsm_sizes, mtsm_widths) if "mtsm" in ops else ():
+        show(row)
     section = report["k_sweep"]
-    k_sweep(ceilings, tall_ops, dtypes, sweep_widths, sweep_ks, args.model, show)
+    for row in k_sweep(ceilings, tall_ops, dtypes, sweep_widths, sweep_ks, args.model):
+        show(row)
     report["complete"] = True
     write_report(report, args.json)
     rows = report["rows"]

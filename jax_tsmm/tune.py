@@ -7,7 +7,8 @@
     python -m jax_tsmm.tune --xla-aligned-from bench.json [...] [--device-db]
     python -m jax_tsmm.tune --compile-only [--ops ...] [--dtypes ...] [--shapes ...] [--candidates N] [--k-min K]
     python -m jax_tsmm.tune --stale "NVIDIA H200" [--ops ...] [--dtypes ...] [--shapes ...] [--k-min K]
-    python -m jax_tsmm.tune --only-stale [--compile-only "NVIDIA H200"] [--ops ...] [--k-min K] [...]
+    python -m jax_tsmm.tune --only-stale [--ops ...] [--k-min K] [--confirm-seconds S] [--device-db]
+    python -m jax_tsmm.tune --compile-only --only-stale "NVIDIA H200" [--ops ...] [--k-min K]
 
 For each (op, dtype, M, N) and each K range, the candidates of
 ``codegen.search`` (pruned by hardware limits, occupancy and a register-reuse
