@@ -44,9 +44,18 @@ def _served_by(spec, dtype: str) -> str:
         return "XLA's dot"
     real_view = isinstance(spec, KernelSpec) and _dispatch.is_real_view(spec, dtype)
     kind = bench.kernel_label({"config": dataclasses.asdict(spec.config), "real_view": real_view})
-    # Built in, it needs no nvcc and no compile at first use (_kernels.runnable).
-    origin = "built into the extension" if spec.name in _kernels.prebuilt_names() else "compiled at first use"
-    return f"kernel {spec.name} ({kind}; {origin})"
+    return f"kernel {spec.name} ({kind}; {_origin(spec)})"
+
+
+def _origin(spec) -> str:
+    """Built in, a kernel needs no nvcc and no compile at first use; otherwise this
+    machine's nvcc compiles it, and without one XLA's dot serves (_kernels.runnable)."""
+    if spec.name in _kernels.prebuilt_names():
+        return "built into the extension"
+    try:
+        return f"compiled at first use by {_kernels.nvcc()}"
+    except _kernels.NvccNotFound:
+        return "compiled at first use, but no nvcc is found here: XLA's dot serves it until one is"
 
 
 def main(argv=None) -> None:

@@ -98,17 +98,24 @@ def test_the_command_prints_the_choice_for_a_named_gpu(database, capsys):
     assert capsys.readouterr().out.startswith("Aᵀ X, A 2048 x 4096, N = 3, float32")
 
 
+@pytest.mark.nvcc
 @pytest.mark.skipif(_kernels.extension() is None, reason="package built without CUDA")
 def test_the_choice_says_whether_its_kernel_is_built_in(database):
-    """A prebuilt kernel needs no compile (and no nvcc) at first use; the line says which."""
+    """A prebuilt kernel needs no compile (and no nvcc) at first use; the line says
+    which, and which nvcc compiles the others."""
     line = explain.explain("atb", "float64", 8, 8, K, device="", arch="sm_90")  # the model's 8 x 8: prebuilt
     assert "; built into the extension)" in line, line
     line = explain.explain("atb", "float64", 9, 7, K, device="", arch="sm_90")
-    assert "; compiled at first use)" in line, line
+    assert "; compiled at first use by " in line, line
     line = explain.explain("mtsm", "float64", 4096, 8, 4096, device="", arch="sm_90")  # the model's N = 8: prebuilt
     assert "; built into the extension)" in line, line
     line = explain.explain("mtsm", "float64", 4096, 5, 4096, device="", arch="sm_90")
-    assert "; compiled at first use)" in line, line
+    assert "; compiled at first use by " in line, line
+
+
+def test_without_nvcc_the_line_says_xla_serves_a_kernel_outside_the_prebuilt_set(database, no_nvcc):
+    line = explain.explain("atb", "float64", 9, 7, K, device="", arch="sm_90")
+    assert "compiled at first use, but no nvcc is found here: XLA's dot serves it until one is)" in line, line
 
 
 def test_the_readme_example_prints_what_the_readme_shows(capsys):
