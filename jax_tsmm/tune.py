@@ -22,8 +22,9 @@ neighbours of the fastest. ``--stale`` lists, without a GPU, the entries of a
 GPU model tuned before a different winner at a nearby width, which their
 tuning could not time (``stale_ranges``); ``--only-stale`` tunes those ranges
 alone (on a GPU, its model's; with ``--compile-only``, compiles for the model it
-names), anew: a re-tune dates them today, so a run cut off and run again goes
-on with the rest (and with the ranges its new winners made stale).
+names), anew, the weakest first (``stale_pct``): a re-tune dates them today,
+so a run cut off and run again goes on with the rest (and with the ranges its
+new winners made stale).
 The winner goes into ``jax_tsmm/tuning/<arch>.json`` with its time, its % of
 roofline and XLA's time; where XLA wins, the entry says so and dispatch uses
 XLA. ab's fused update (``--ops ab_update``: V − Q C in place, against XLA's
@@ -600,6 +601,13 @@ def only_stale_model(named: str, compile_only: bool) -> str:
     return here
 
 
+def stale_pct(problem: Problem, ranges: set[int], entries: dict) -> float:
+    """The lowest % of roofline ``problem``'s entries of ``ranges`` recorded: --only-stale
+    re-tunes the weakest first, since a device call's limit may cut the rest."""
+    return min((entry.get("tsmm_pct") or 0.0 for entry in entries.get(_dispatch.problem_key(problem), [])
+                if range_index(entry) in ranges), default=0.0)
+
+
 def print_stale(problems: list, wanted, entries: dict) -> None:
     """``--stale``: each stale problem and range (``stale_ranges``) of the ``wanted``
     ranges, then per op and dtype a --shapes value naming them."""
@@ -708,7 +716,8 @@ def main(argv=None) -> None:
             return set() if isinstance(problem, MtsmProblem) else in_k_bounds(problem) & set(
                 stale_ranges(problem, entries))
 
-        problems = [problem for problem in problems if wanted(problem)]
+        problems = sorted((problem for problem in problems if wanted(problem)),
+                          key=lambda problem: stale_pct(problem, wanted(problem), entries))
         print(f"{len(problems)} problems with stale ranges on {stale_of}", flush=True)
 
     if args.stale is not None:

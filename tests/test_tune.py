@@ -235,6 +235,23 @@ def test_only_stale_compiles_for_the_stale_ranges_alone(monkeypatch, capsys):
         tune.main(["--compile-only", "--only-stale", "--ops", "atb"])
 
 
+def test_only_stale_takes_the_weakest_first(monkeypatch):
+    """--only-stale orders the stale problems by the lowest % of roofline their
+    stale ranges recorded: a call's limit cuts the strongest."""
+    problem, entries = _entries_with_a_stale_width(monkeypatch)
+    weaker = Problem("atb", "float64", 7, 7)
+    entries["atb:float64:7x7"] = [dict(entries["atb:float64:5x5"][0], tsmm_pct=80.0)]
+    monkeypatch.setattr(tune, "stale_ranges", lambda p, _: {0: ["6x6"]} if p in (problem, weaker) else {})
+    assert (tune.stale_pct(weaker, {0}, entries), tune.stale_pct(problem, {0}, entries)) == (80.0, 90.0)
+    asked = []
+    monkeypatch.setattr(_dispatch, "database", lambda arch, device="": entries)
+    monkeypatch.setattr(tune._kernels, "precompile", lambda specs, arch: asked.append(list(specs)))
+    tune.main(["--compile-only", "--only-stale", "NVIDIA H200", "--ops", "atb", "--dtypes", "float64",
+               "--shapes", "4-8", "--candidates", "2"])
+    first, second = (tune.opening_kernels(p, 2, "sm_90", {0}) for p in (weaker, problem))
+    assert asked == [list(dict.fromkeys(first + second))]
+
+
 @pytest.mark.nvcc
 def test_winners_at_nearby_widths_compete(monkeypatch):
     """The fastest winners (by % of roofline, then the nearest) of the same K range
