@@ -5,6 +5,7 @@
                              [--k-sweep [--k-sweep-widths 8] [--k-sweep-k K,...]]
                              [--model]
                              [--json out.json] [--plot out.png]
+    python -m jax_tsmm.bench --summary out.json [...]
 
 First measures this GPU's ceilings (read-only and copy bandwidth with the
 package's own streaming kernels; FP64/FP32 peak with a large XLA matmul), then
@@ -23,7 +24,8 @@ ignoring the tuning database, which is how the database is rebuilt
 (``python -m jax_tsmm.tune --from-bench``).
 The report (``--json``, and Markdown beside it) is rewritten after every row
 and marked ``"complete": true`` at the end, so that a run cut off keeps what it
-timed; the plot and the summary table come at the end.
+timed; the plot and the summary table come at the end (``--summary`` prints the
+table of saved reports).
 
 ``--ops mtsm`` adds the large × skinny products (``jax_tsmm.mtsm``, op "mtsm" for
 A X and "mtsm_t" for Aᵀ X): M = K in MTSM_SIZES (``--mtsm-sizes``), N in MTSM_WIDTHS
@@ -42,6 +44,7 @@ import datetime
 import itertools
 import json
 import math
+import pathlib
 import statistics
 import sys
 import time
@@ -586,7 +589,17 @@ def main(argv=None) -> None:
                         help="with --compile-only: the GPU model whose dispatch to compile for, its own tuning "
                              "file over the architecture's, e.g. \"NVIDIA H200\" (default: this machine's GPU, "
                              "or the architecture's file alone without one)")
+    parser.add_argument("--summary", nargs="+", default=None, metavar="REPORT",
+                        help="print the summary table of these reports (--json of earlier runs, those cut off "
+                             "included) and stop (no GPU needed)")
     args = parser.parse_args(argv)
+    if args.summary:
+        for path in args.summary:
+            report = json.loads(pathlib.Path(path).read_text())
+            state = "" if report.get("complete", True) else ", cut off"  # reports before the flag were whole
+            print(f"{path}: {report['device']}, {report['date']}, {len(report['rows'])} rows{state}")
+            print(summary(report["rows"]))
+        return
     if args.device is not None and not args.compile_only:
         parser.error("--device goes with --compile-only: a run times the GPU it runs on")
     set_loop_seconds(args.loop_seconds)

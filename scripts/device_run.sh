@@ -69,7 +69,9 @@ for item in "$@"; do
     clocks) step clocks python3 scripts/clocks_under_load.py $args --json "$OUT/clocks.json" ;;
     bench)  # bench, bench2, ...: one JSON, Markdown and PNG each
       benches=$((benches + 1)); [ $benches -gt 1 ] && name=bench$benches
-      step $name python3 -m jax_tsmm.bench $args --json "$OUT/$name.json" --plot "$OUT/$name.png" ;;
+      step $name python3 -m jax_tsmm.bench $args --json "$OUT/$name.json" --plot "$OUT/$name.png"
+      # its table in the summary, of the rows it timed where the call's limit cut it off
+      [ -f "$OUT/$name.json" ] && python3 -m jax_tsmm.bench --summary "$OUT/$name.json" >> "$summary" ;;
     jit_timing) step jit_timing python3 scripts/jit_timing.py $args --json "$OUT/jit_timing.json" ;;
     batched) step batched python3 scripts/batched_timing.py $args --json "$OUT/batched.json" ;;
     compare)  # compare, compare2, ...: one JSON each

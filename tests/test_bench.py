@@ -182,9 +182,9 @@ def test_main_numbers_every_row_as_it_is_timed(monkeypatch, tmp_path, capsys):
     assert (tmp_path / "run.png").exists() and (tmp_path / "run.md").exists()
 
 
-def test_a_run_cut_off_keeps_the_rows_it_timed(monkeypatch, tmp_path):
+def test_a_run_cut_off_keeps_the_rows_it_timed(monkeypatch, tmp_path, capsys):
     """A run stopped after its second row (a device call's time limit) leaves a report
-    of those two rows, marked incomplete, in JSON and Markdown."""
+    of those two rows, marked incomplete, in JSON and Markdown; --summary tabulates it."""
     calls = itertools.count()
 
     def timer_that_stops(*args, **kwargs):
@@ -200,6 +200,11 @@ def test_a_run_cut_off_keeps_the_rows_it_timed(monkeypatch, tmp_path):
     assert not report["complete"]
     assert [(row["M"], row["N"]) for row in report["rows"]] == [(1, 1), (2, 2)]
     assert (tmp_path / "run.md").read_text().count("| ab | float64 |") == 2
+    capsys.readouterr()  # the run's own lines
+    bench.main(["--summary", str(json_path)])
+    printed = capsys.readouterr().out.splitlines()
+    assert printed[0] == f"{json_path}: Fake GPU, {report['date']}, 2 rows, cut off"
+    assert printed[2].split()[:4] == ["ab", "float64", "M", "="] and printed[2].split()[5] == "2"
 
 
 def _no_device_for_timing(monkeypatch):
