@@ -288,13 +288,16 @@ def nearby_winners(problem: Problem, range_idx: int, entries: dict) -> dict[Kern
     return dict(list(winners.items())[:NEARBY_WINNERS])
 
 
-def stale_ranges(problem: Problem, entries: dict) -> dict[int, list[str]]:
+def stale_ranges(problem: Problem | MtsmProblem, entries: dict) -> dict[int, list[str]]:
     """The K ranges of ``problem``'s entries whose tuning could not have timed a
     winner ``nearby_winners`` offers now: a different kernel, tuned on a later
     day (an undated entry predates every dated one), as range -> those winners'
     shapes. ``--stale`` lists them, for a re-tune: on an H200 the float64 ab
     entries it flags at 28, 29, 31, 39, 41, 50, 51 and 58 gained 4.1-8.4 % in GB/s
-    when re-tuned (sixty-fourth round)."""
+    when re-tuned (sixty-fourth round). None of mtsm's: its nearby kernels are
+    fitted per size, not kept as winners."""
+    if isinstance(problem, MtsmProblem):
+        return {}
     stale = {}
     for entry in entries.get(_dispatch.problem_key(problem), []):
         range_idx, config = range_index(entry), entry["config"]
@@ -613,8 +616,6 @@ def print_stale(problems: list, wanted, entries: dict) -> None:
     ranges, then per op and dtype a --shapes value naming them."""
     shapes = {}
     for problem in problems:
-        if isinstance(problem, MtsmProblem):
-            continue  # mtsm's nearby kernels are fitted per size, not kept as winners
         for range_idx, later in sorted(stale_ranges(problem, entries).items()):
             if range_idx in wanted(problem):
                 print(f"{_dispatch.problem_key(problem)} K>={k_ranges(problem)[range_idx][0]}: "
@@ -711,13 +712,10 @@ def main(argv=None) -> None:
     if args.only_stale is not None:
         stale_of = only_stale_model(args.only_stale, args.compile_only)
         entries = _dispatch.database(_cuda.arch(), stale_of)
-
-        def wanted(problem) -> set[int]:  # mtsm's nearby kernels are fitted per size, never stale
-            return set() if isinstance(problem, MtsmProblem) else in_k_bounds(problem) & set(
-                stale_ranges(problem, entries))
-
-        problems = sorted((problem for problem in problems if wanted(problem)),
-                          key=lambda problem: stale_pct(problem, wanted(problem), entries))
+        stale = {problem: in_k_bounds(problem) & set(stale_ranges(problem, entries)) for problem in problems}
+        problems = sorted((problem for problem in problems if stale[problem]),
+                          key=lambda problem: stale_pct(problem, stale[problem], entries))
+        wanted = stale.__getitem__
         print(f"{len(problems)} problems with stale ranges on {stale_of}", flush=True)
 
     if args.stale is not None:
