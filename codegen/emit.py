@@ -233,8 +233,9 @@ __device__ __forceinline__ void tsmm_mma_tf32(float& d0, float& d1, float& d2, f
 // register writes before it, `commit_and_wait` returns once its results are in the
 // registers. B comes from shared memory through a descriptor: without swizzle, its
 // start and the byte offsets between core matrices (8 rows x 16 bytes, contiguous)
-// along K (leading) and along N (stride), each in 16-byte units.
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+// along K (leading) and along N (stride), each in 16-byte units. Declared in the
+// host pass too, which checks the kernels that call them (the prebuilt set's).
+#if !defined(__CUDA_ARCH__) || defined(__CUDA_ARCH_FEAT_SM90_ALL)
 __device__ __forceinline__ unsigned long long tsmm_wgmma_desc(const void* matrix, unsigned leading_bytes,
                                                               unsigned stride_bytes) {
   const unsigned long long start = static_cast<unsigned>(__cvta_generic_to_shared(matrix)) & 0x3ffffu;
@@ -1621,7 +1622,7 @@ def _ab_mma_tiles(spec: KernelSpec, ar: _Arith):
         ]
     setup = [
         *([
-            "#if !defined(__CUDA_ARCH_FEAT_SM90_ALL)",
+            "#if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)",
             '#error "Config.wgmma needs sm_90a (wgmma)"',
             "#endif",
         ] if wgmma else []),
@@ -1894,7 +1895,7 @@ def _wgmma_tf32(n: int, accumulate: bool = True) -> str:
     regs = n // 2
     accs = ", ".join(f"%{i}" for i in range(regs))
     return "\n".join([
-        "#if defined(__CUDA_ARCH_FEAT_SM90_ALL)",
+        "#if !defined(__CUDA_ARCH__) || defined(__CUDA_ARCH_FEAT_SM90_ALL)",
         f"__device__ __forceinline__ void tsmm_wgmma_tf32_n{n}{'' if accumulate else '_set'}(float (&d)[{regs}], "
         "unsigned a0, unsigned a1, unsigned a2, unsigned a3, unsigned long long b) {",
         f'  asm volatile("{{\\n.reg .pred accumulate;\\nsetp.ne.b32 accumulate, {int(accumulate)}, 0;\\n"',

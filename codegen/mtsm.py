@@ -962,7 +962,7 @@ def _emit_wgmma(spec: MtsmSpec, ar: _Arith) -> list[str]:
     tiles, k8, regs = spec.wgmma_tiles, spec.chunk // 8, 4 * spec.n_blocks
     split_floats = chunk * n8  # of the TF32 parts; as many remainders follow
     body = [
-        "#if !defined(__CUDA_ARCH_FEAT_SM90_ALL)",
+        "#if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)",
         '#error "MtsmConfig.wgmma needs sm_90a (wgmma)"',
         "#endif",
         *_prologue(spec, ar),
@@ -1096,7 +1096,7 @@ def kernel_source(spec: MtsmSpec) -> str:
 _WGMMA_IN_FLIGHT = """\
 // wgmma left in flight (MtsmConfig.wgmma): `commit` closes a group of this
 // warpgroup's products, `wait<N>` returns once at most N groups are still running.
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#if !defined(__CUDA_ARCH__) || defined(__CUDA_ARCH_FEAT_SM90_ALL)
 __device__ __forceinline__ void tsmm_wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
 template <int N>
 __device__ __forceinline__ void tsmm_wgmma_wait() {

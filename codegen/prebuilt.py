@@ -5,11 +5,13 @@
 writes tsmm_args.h, mtsm_args.h, prebuilt_kernels.h, prebuilt_registry.cu,
 prebuilt_0.cu .. prebuilt_{SHARDS-1}.cu and prebuilt_mtsm_0.cu ..
 prebuilt_mtsm_{MTSM_SHARDS-1}.cu (fixed counts, so CMake knows the files
-before running this and compiles the shards in parallel). Shapes outside this
-set are generated and compiled at run time. With ``--tuning`` (the databases of
-the architecture the extension is built for) the set also holds the kernels
-those databases choose for its problems, which dispatch picks there over the
-model's.
+before running this and compiles the shards in parallel), and
+prebuilt_sm90a.cu and prebuilt_mtsm_sm90a.cu, the kernels that run on sm_90a
+code alone (wgmma), which CMake compiles apart for that target. Shapes outside
+this set are generated and compiled at run time. With ``--tuning`` (the
+databases of the architecture the extension is built for, sm_90) the set also
+holds the kernels those databases choose for its problems, which dispatch picks
+there over the model's; without it the sm_90a files hold no kernel.
 """
 
 from __future__ import annotations
@@ -49,12 +51,12 @@ def prebuilt_problems() -> list[Problem]:
 def prebuilt_specs(databases: tuple[dict, ...] = ()) -> list[KernelSpec]:
     """The model's kernel of each prebuilt problem (for any architecture from sm_80),
     then those the tuning ``databases`` (each file's ``entries``) choose for the
-    problems themselves, at any K range. Left out: entries that run a complex
-    problem on its real view (their problem is another), and kernels for sm_90a
-    alone (wgmma), which the extension's one target does not hold. On an H100 or
-    H200 the shipped databases choose other kernels than the model's for many of
-    these problems (28 kernels in those of 2026-11-29), which would otherwise
-    compile at first use."""
+    problems themselves, at any K range, wgmma's (sm_90a) among them. Left out:
+    entries that run a complex problem on its real view (their problem is
+    another). On an H100 or H200 the shipped databases choose other kernels than
+    the model's for many of these problems (28 kernels besides wgmma's in those of
+    2026-11-29, 5 wgmma kernels in those of 2026-11-30), which would otherwise
+    compile at first use, or without nvcc leave those calls to XLA's dot."""
     problems = prebuilt_problems()
     specs = [KernelSpec(p, default_config(p)) for p in problems]
     for problem in problems:
@@ -76,7 +78,7 @@ def prebuilt_mtsm_problems() -> list[mtsm.MtsmProblem]:
 
 def prebuilt_mtsm_specs(databases: tuple[dict, ...] = ()) -> list[mtsm.MtsmSpec]:
     """As ``prebuilt_specs``, for mtsm: the model's kernel of each prebuilt mtsm
-    problem, then those the ``databases`` choose for it at any size, but wgmma's."""
+    problem, then those the ``databases`` choose for it at any size."""
     problems = prebuilt_mtsm_problems()
     specs = [mtsm.MtsmSpec(p, mtsm.default_config(p)) for p in problems]
     for problem in problems:
@@ -89,12 +91,17 @@ def prebuilt_mtsm_specs(databases: tuple[dict, ...] = ()) -> list[mtsm.MtsmSpec]
 
 def _one_per_name(specs: list) -> list:
     """``specs`` in order, the first of each kernel name (configurations that differ in
-    launch parameters alone share a kernel), without sm_90a's (wgmma)."""
+    launch parameters alone share a kernel)."""
     by_name = {}
     for spec in specs:
-        if not spec.arch_specific:
-            by_name.setdefault(spec.name, spec)
+        by_name.setdefault(spec.name, spec)
     return list(by_name.values())
+
+
+def by_target(specs: list) -> tuple[list, list]:
+    """``specs`` as the build compiles them: those for any architecture from sm_80 (the
+    extension's target), and those for sm_90a alone (wgmma), compiled apart."""
+    return [s for s in specs if not s.arch_specific], [s for s in specs if s.arch_specific]
 
 
 def _registry(specs: list[KernelSpec], mtsm_specs: list[mtsm.MtsmSpec]) -> str:
@@ -136,6 +143,7 @@ extern const int kTsmmPrebuiltCount;
 def write(out_dir: pathlib.Path, databases: tuple[dict, ...] = ()) -> None:
     out_dir.mkdir(parents=True, exist_ok=True)
     specs, mtsm_specs = prebuilt_specs(databases), prebuilt_mtsm_specs(databases)
+    (specs_any, specs_sm90a), (mtsm_any, mtsm_sm90a) = by_target(specs), by_target(mtsm_specs)
     files = {
         "tsmm_args.h": header(),
         "mtsm_args.h": mtsm.header(),
@@ -143,9 +151,11 @@ def write(out_dir: pathlib.Path, databases: tuple[dict, ...] = ()) -> None:
         "prebuilt_registry.cu": _registry(specs, mtsm_specs),
     }
     for shard in range(SHARDS):
-        files[f"prebuilt_{shard}.cu"] = module_source(specs[shard::SHARDS])
+        files[f"prebuilt_{shard}.cu"] = module_source(specs_any[shard::SHARDS])
     for shard in range(MTSM_SHARDS):
-        files[f"prebuilt_mtsm_{shard}.cu"] = mtsm.module_source(mtsm_specs[shard::MTSM_SHARDS])
+        files[f"prebuilt_mtsm_{shard}.cu"] = mtsm.module_source(mtsm_any[shard::MTSM_SHARDS])
+    files["prebuilt_sm90a.cu"] = module_source(specs_sm90a)
+    files["prebuilt_mtsm_sm90a.cu"] = mtsm.module_source(mtsm_sm90a)
     for name, text in files.items():
         path = out_dir / name
         # Rewrite only what changed, so an unchanged generator triggers no recompilation.

@@ -15,7 +15,8 @@ import pytest
 
 from jax_tsmm import _dispatch, _kernels, _mtsm
 from jax_tsmm.codegen import Config, InvalidSpec, KernelSpec, Problem, default_config, module_source, validate
-from jax_tsmm.codegen.prebuilt import prebuilt_mtsm_problems, prebuilt_mtsm_specs, prebuilt_problems, prebuilt_specs
+from jax_tsmm.codegen.prebuilt import (by_target, prebuilt_mtsm_problems, prebuilt_mtsm_specs, prebuilt_problems,
+                                       prebuilt_specs)
 from jax_tsmm.codegen.model import (SHARED_BUDGET, carried_to_update, is_valid, occupancy_ok, registers_fit,
                                    wgmma_config, wide_tf32x3_ab_config)
 from jax_tsmm.codegen.emit import _vector_element, _vector_order, dmma_products, kernel_source
@@ -1246,38 +1247,43 @@ def test_prebuilt_set_is_distinct_and_compiles(tmp_path):
     for specs, model_only in ((prebuilt_specs(databases), prebuilt_specs()),
                               (prebuilt_mtsm_specs(databases), prebuilt_mtsm_specs())):
         assert len({s.name for s in specs}) == len(specs) > len(model_only)
-        assert not any(spec.arch_specific for spec in specs)
-        _nvcc_compile(specs[::5], tmp_path)
+        assert not any(spec.arch_specific for spec in model_only)
+        any_arch, sm90a = by_target(specs)  # the build compiles these apart, for sm_90a
+        assert sm90a and all(spec.config.wgmma for spec in sm90a)
+        _nvcc_compile(any_arch[::5], tmp_path)
+        _nvcc_compile(sm90a, tmp_path)
 
 
 @pytest.mark.skipif(_kernels.extension() is None, reason="package built without CUDA")
 def test_extension_holds_the_kernels_the_shipped_databases_choose_for_prebuilt_problems():
     """Built for sm_90 (the default), the extension holds, for each prebuilt problem,
-    the kernel dispatch picks on an H100 or H200 at every K range: those calls
-    compile nothing at first use, and run without nvcc. wgmma kernels (sm_90a) and
-    real views of complex problems are left out."""
-    held, kernels = _kernels.prebuilt_names(), 0
+    the kernel dispatch picks on an H100 or H200 at every K range, wgmma's (sm_90a)
+    among them: those calls compile nothing at first use, and run without nvcc.
+    Real views of complex problems are left out."""
+    held, kernels, wgmma = _kernels.prebuilt_names(), 0, 0
     with mock.patch.object(_dispatch, "_model_only", []):  # the shipped databases, whatever the fixtures
         for device, problem, k in itertools.product(("NVIDIA H100 80GB HBM3", "NVIDIA H200"), prebuilt_problems(),
                                                     (1 << 18, 1 << 22, 1 << 27)):
             spec = _dispatch.select(problem.op, problem.dtype, problem.m, problem.n, k, 0, problem.conj, "sm_90",
                                     device, update=problem.update)
-            if spec is not None and spec.problem == problem and not spec.arch_specific:
+            if spec is not None and spec.problem == problem:
                 assert spec.name in held, (device, k, spec.name)
                 kernels += spec.name not in {s.name for s in prebuilt_specs()}
-    assert kernels > 0  # some of them are not the model's
+                wgmma += spec.config.wgmma
+    assert kernels > 0 and wgmma > 0  # some of them are not the model's, some wgmma's
 
 
 @pytest.mark.skipif(_kernels.extension() is None, reason="package built without CUDA")
 def test_extension_holds_the_mtsm_kernels_the_shipped_databases_choose_for_prebuilt_problems():
     """mtsm alike: at each prebuilt mtsm problem and every size the databases tune,
-    the kernel dispatch picks on an H100 or H200 is built in, but wgmma's (sm_90a)."""
-    held, kernels = _kernels.prebuilt_names(), 0
+    the kernel dispatch picks on an H100 or H200 is built in, wgmma's (sm_90a) too."""
+    held, kernels, wgmma = _kernels.prebuilt_names(), 0, 0
     with mock.patch.object(_dispatch, "_model_only", []):
         for device, problem, size in itertools.product(("NVIDIA H100 80GB HBM3", "NVIDIA H200"),
                                                        prebuilt_mtsm_problems(), (2048, 8192, 16384, 30720)):
             spec = _mtsm.select(problem.dtype, problem.transpose_a, problem.n, False, size, "sm_90", device)
-            if spec is not None and not spec.arch_specific:
+            if spec is not None:
                 assert spec.name in held, (device, size, spec.name)
                 kernels += spec.name not in {s.name for s in prebuilt_mtsm_specs()}
-    assert kernels > 0
+                wgmma += spec.config.wgmma
+    assert kernels > 0 and wgmma > 0

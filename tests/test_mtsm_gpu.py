@@ -26,6 +26,7 @@ import jax_tsmm
 from jax_tsmm import _cuda, _dispatch, _kernels, _mtsm, tune
 from jax_tsmm.codegen import mtsm as mtsm_codegen
 from jax_tsmm.codegen import search
+from jax_tsmm.codegen.prebuilt import PREBUILT_WIDTHS
 from reference import (DERIVATIVE_RTOL, assert_close, assert_tree_close, magnitude, poison, random_operand, reference,
                        to_wide, unit_roundoff)
 from test_mtsm import tuned_specs
@@ -205,6 +206,27 @@ def test_without_nvcc_only_the_prebuilt_kernels_run(no_nvcc):
         with nullcontext() if kernel else pytest.warns(RuntimeWarning, match="until then XLA's dot serves"):
             assert ("tsmm_mtsm" in compiled_hlo(call, a, x)) == kernel
         check(run(a, x, transpose_a), a, x, transpose_a)
+
+
+def test_without_nvcc_the_prebuilt_wgmma_kernels_run(no_nvcc):
+    """The wgmma kernels (sm_90a) this GPU's database chooses for float32 mtsm at the
+    prebuilt widths are built in too: without nvcc those calls run them, right
+    (each layout and width at the smallest tuned size that chooses one)."""
+    rng = np.random.default_rng()
+    ran = 0
+    for transpose_a, n in itertools.product((False, True), PREBUILT_WIDTHS):
+        for size in (2048, 8192, 16384):
+            spec = _mtsm.select("float32", transpose_a, n, False, size, _cuda.arch(), _cuda.device_kind())
+            if spec is not None and spec.config.wgmma:
+                assert spec.name in _kernels.prebuilt_names(), spec.name
+                a, x = operands(rng, "float32", size, size, n, transpose_a)
+                call = functools.partial(jax_tsmm.mtsm, transpose_a=transpose_a)
+                assert "tsmm_mtsm" in compiled_hlo(call, a, x)
+                check(run(a, x, transpose_a), a, x, transpose_a)
+                ran += 1
+                break
+    if not ran:
+        pytest.skip(f"no wgmma kernel chosen for float32 mtsm at the prebuilt widths on {_cuda.device_kind()}")
 
 
 def test_many_batch_items_in_one_launch():
