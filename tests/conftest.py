@@ -84,6 +84,15 @@ def model_kernels():
 
 
 @pytest.fixture
+def tuned_dispatch(monkeypatch):
+    """Dispatch by the tuning databases (the shipped ones, or those a test puts in
+    their place), also inside a module whose ``model_kernels`` set the model alone."""
+    from jax_tsmm import _dispatch
+
+    monkeypatch.setattr(_dispatch, "_model_only", [])
+
+
+@pytest.fixture
 def no_nvcc(monkeypatch):
     """As on a machine without the CUDA toolkit at run time: finding nvcc fails."""
     from jax_tsmm import _kernels

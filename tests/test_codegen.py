@@ -8,7 +8,6 @@ import contextlib
 import dataclasses
 import itertools
 import re
-from unittest import mock
 
 import numpy as np
 import pytest
@@ -1255,35 +1254,33 @@ def test_prebuilt_set_is_distinct_and_compiles(tmp_path):
 
 
 @pytest.mark.skipif(_kernels.extension() is None, reason="package built without CUDA")
-def test_extension_holds_the_kernels_the_shipped_databases_choose_for_prebuilt_problems():
+def test_extension_holds_the_kernels_the_shipped_databases_choose_for_prebuilt_problems(tuned_dispatch):
     """Built for sm_90 (the default), the extension holds, for each prebuilt problem,
     the kernel dispatch picks on an H100 or H200 at every K range, wgmma's (sm_90a)
     among them: those calls compile nothing at first use, and run without nvcc.
     Real views of complex problems are left out."""
     held, kernels, wgmma = _kernels.prebuilt_names(), 0, 0
-    with mock.patch.object(_dispatch, "_model_only", []):  # the shipped databases, whatever the fixtures
-        for device, problem, k in itertools.product(("NVIDIA H100 80GB HBM3", "NVIDIA H200"), prebuilt_problems(),
-                                                    (1 << 18, 1 << 22, 1 << 27)):
-            spec = _dispatch.select(problem.op, problem.dtype, problem.m, problem.n, k, 0, problem.conj, "sm_90",
-                                    device, update=problem.update)
-            if spec is not None and spec.problem == problem:
-                assert spec.name in held, (device, k, spec.name)
-                kernels += spec.name not in {s.name for s in prebuilt_specs()}
-                wgmma += spec.config.wgmma
+    for device, problem, k in itertools.product(("NVIDIA H100 80GB HBM3", "NVIDIA H200"), prebuilt_problems(),
+                                                (1 << 18, 1 << 22, 1 << 27)):
+        spec = _dispatch.select(problem.op, problem.dtype, problem.m, problem.n, k, 0, problem.conj, "sm_90",
+                                device, update=problem.update)
+        if spec is not None and spec.problem == problem:
+            assert spec.name in held, (device, k, spec.name)
+            kernels += spec.name not in {s.name for s in prebuilt_specs()}
+            wgmma += spec.config.wgmma
     assert kernels > 0 and wgmma > 0  # some of them are not the model's, some wgmma's
 
 
 @pytest.mark.skipif(_kernels.extension() is None, reason="package built without CUDA")
-def test_extension_holds_the_mtsm_kernels_the_shipped_databases_choose_for_prebuilt_problems():
+def test_extension_holds_the_mtsm_kernels_the_shipped_databases_choose_for_prebuilt_problems(tuned_dispatch):
     """mtsm alike: at each prebuilt mtsm problem and every size the databases tune,
     the kernel dispatch picks on an H100 or H200 is built in, wgmma's (sm_90a) too."""
     held, kernels, wgmma = _kernels.prebuilt_names(), 0, 0
-    with mock.patch.object(_dispatch, "_model_only", []):
-        for device, problem, size in itertools.product(("NVIDIA H100 80GB HBM3", "NVIDIA H200"),
-                                                       prebuilt_mtsm_problems(), (2048, 8192, 16384, 30720)):
-            spec = _mtsm.select(problem.dtype, problem.transpose_a, problem.n, False, size, "sm_90", device)
-            if spec is not None:
-                assert spec.name in held, (device, size, spec.name)
-                kernels += spec.name not in {s.name for s in prebuilt_mtsm_specs()}
-                wgmma += spec.config.wgmma
+    for device, problem, size in itertools.product(("NVIDIA H100 80GB HBM3", "NVIDIA H200"),
+                                                   prebuilt_mtsm_problems(), (2048, 8192, 16384, 30720)):
+        spec = _mtsm.select(problem.dtype, problem.transpose_a, problem.n, False, size, "sm_90", device)
+        if spec is not None:
+            assert spec.name in held, (device, size, spec.name)
+            kernels += spec.name not in {s.name for s in prebuilt_mtsm_specs()}
+            wgmma += spec.config.wgmma
     assert kernels > 0 and wgmma > 0

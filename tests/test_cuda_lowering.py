@@ -290,7 +290,7 @@ def test_an_untuned_outer_product_looks_at_its_wide_square_alone(monkeypatch):
     assert not _lowers_to_kernel(monkeypatch, "ab", 20, 1, {"ab:float64:1x1": xla, "ab:float64:20x20": kernel})
 
 
-def test_a_gpu_models_database_overrides_its_architectures_key_by_key(monkeypatch, tmp_path):
+def test_a_gpu_models_database_overrides_its_architectures_key_by_key(monkeypatch, tmp_path, tuned_dispatch):
     """An H200 takes its own file's entries from their lowest K range up (an sm_90
     range inside them was measured on another GPU) and the sm_90 file's below
     them and for other keys; another sm_90 GPU, or a lowering without one, takes
@@ -304,7 +304,6 @@ def test_a_gpu_models_database_overrides_its_architectures_key_by_key(monkeypatc
                     "ab:float64:7x5": [{"k_min": 0, "config": None}]}
     model_entries = {"atb:float64:7x5": [{"k_min": 1 << 18, "config": None}]}
     monkeypatch.setattr(_dispatch, "TUNING_DIR", tmp_path)
-    monkeypatch.setattr(_dispatch, "_model_only", [])  # this module's tests otherwise run without the database
     assert _dispatch.database_path("sm_90", "NVIDIA H200").name == "sm_90.NVIDIA_H200.json"
     _dispatch.database_path("sm_90").write_text(json.dumps({"entries": arch_entries}))
     _dispatch.database_path("sm_90", "NVIDIA H200").write_text(json.dumps({"entries": model_entries}))

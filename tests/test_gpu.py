@@ -16,7 +16,6 @@ import itertools
 import json
 import sys
 from contextlib import nullcontext
-from unittest import mock
 
 import jax
 import jax.numpy as jnp
@@ -190,24 +189,23 @@ def test_without_nvcc_calls_outside_the_prebuilt_set_run_xla(no_nvcc):
         assert_close(call(a, b), a, b, op="atb")
 
 
-def test_without_nvcc_the_prebuilt_wgmma_kernels_run(no_nvcc):
+def test_without_nvcc_the_prebuilt_wgmma_kernels_run(no_nvcc, tuned_dispatch):
     """The wgmma kernels (sm_90a) this GPU's shipped database chooses for float32 A C
     at the prebuilt widths are built in too: without nvcc those calls run them, right."""
     rng = np.random.default_rng()
     k = (1 << 20) + 3
-    with mock.patch.object(_dispatch, "_model_only", []):  # the shipped databases, not the module's model
-        chosen = {width: spec for width in PREBUILT_WIDTHS
-                  if (spec := _dispatch.select("ab", "float32", width, width, k, 0, False, _cuda.arch(),
-                                               _cuda.device_kind())) is not None and spec.config.wgmma}
-        if not chosen:
-            pytest.skip(f"no wgmma kernel chosen for float32 A C at the prebuilt widths on {_cuda.device_kind()}")
-        for width, spec in chosen.items():
-            assert spec.name in _kernels.prebuilt_names(), spec.name
-            a, c = operands(rng, "ab", "float32", k, width, width)
-            call = jax.jit(jax_tsmm.ab)
-            assert "tsmm_ab" in call.lower(a, c).compile().as_text()
-            poison(k * width * 4)
-            assert_close(call(a, c), a, c, op="ab")
+    chosen = {width: spec for width in PREBUILT_WIDTHS
+              if (spec := _dispatch.select("ab", "float32", width, width, k, 0, False, _cuda.arch(),
+                                           _cuda.device_kind())) is not None and spec.config.wgmma}
+    if not chosen:
+        pytest.skip(f"no wgmma kernel chosen for float32 A C at the prebuilt widths on {_cuda.device_kind()}")
+    for width, spec in chosen.items():
+        assert spec.name in _kernels.prebuilt_names(), spec.name
+        a, c = operands(rng, "ab", "float32", k, width, width)
+        call = jax.jit(jax_tsmm.ab)
+        assert "tsmm_ab" in call.lower(a, c).compile().as_text()
+        poison(k * width * 4)
+        assert_close(call(a, c), a, c, op="ab")
 
 
 @pytest.mark.parametrize("op", ["atb", "ab"])

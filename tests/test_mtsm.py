@@ -576,7 +576,7 @@ def test_selection():
     assert mtsm_select("float32", True, 65, False, 8192) is None
 
 
-def test_an_untuned_width_follows_its_tuned_neighbours(monkeypatch):
+def test_an_untuned_width_follows_its_tuned_neighbours(monkeypatch, tuned_dispatch):
     """N = 12, untuned, takes a kernel only at a size where the nearest tuned widths,
     8 and 16, both chose kernels, and then 16's configuration with as many groups of
     N's columns; XLA's dot where either chose it; the model's kernel where a side has
@@ -592,7 +592,6 @@ def test_an_untuned_width_follows_its_tuned_neighbours(monkeypatch):
                                                           {"k_min": 4096, "config": kernel_16}],
                _dispatch.mtsm_key(False, "float32", 1): [{"k_min": 0, "config": None}]}
     monkeypatch.setattr(_dispatch, "_database_file", lambda path: entries if path.name == "sm_90.json" else {})
-    monkeypatch.setattr(_dispatch, "_model_only", [])  # out of the module-scoped model_kernels
     model_12 = mtsm_codegen.default_config(mtsm_codegen.MtsmProblem(False, "float32", 12))
     assert mtsm_select("float32", False, 12, False, 1000) is None  # 8 chose XLA, 16 a kernel
     fitted = mtsm_select("float32", False, 12, False, 8192).config

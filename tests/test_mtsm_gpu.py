@@ -208,24 +208,23 @@ def test_without_nvcc_only_the_prebuilt_kernels_run(no_nvcc):
         check(run(a, x, transpose_a), a, x, transpose_a)
 
 
-def test_without_nvcc_the_prebuilt_wgmma_kernels_run(no_nvcc):
+def test_without_nvcc_the_prebuilt_wgmma_kernels_run(no_nvcc, tuned_dispatch):
     """The wgmma kernels (sm_90a) this GPU's shipped database chooses for float32 mtsm
     at the prebuilt widths are built in too: without nvcc those calls run them, right
     (each layout and width at the smallest tuned size that chooses one)."""
     rng = np.random.default_rng()
     ran = 0
-    with mock.patch.object(_dispatch, "_model_only", []):  # the shipped databases, not the module's model
-        for transpose_a, n in itertools.product((False, True), PREBUILT_WIDTHS):
-            for size in (2048, 8192, 16384):
-                spec = _mtsm.select("float32", transpose_a, n, False, size, _cuda.arch(), _cuda.device_kind())
-                if spec is not None and spec.config.wgmma:
-                    assert spec.name in _kernels.prebuilt_names(), spec.name
-                    a, x = operands(rng, "float32", size, size, n, transpose_a)
-                    call = functools.partial(jax_tsmm.mtsm, transpose_a=transpose_a)
-                    assert "tsmm_mtsm" in compiled_hlo(call, a, x)
-                    check(run(a, x, transpose_a), a, x, transpose_a)
-                    ran += 1
-                    break
+    for transpose_a, n in itertools.product((False, True), PREBUILT_WIDTHS):
+        for size in (2048, 8192, 16384):
+            spec = _mtsm.select("float32", transpose_a, n, False, size, _cuda.arch(), _cuda.device_kind())
+            if spec is not None and spec.config.wgmma:
+                assert spec.name in _kernels.prebuilt_names(), spec.name
+                a, x = operands(rng, "float32", size, size, n, transpose_a)
+                call = functools.partial(jax_tsmm.mtsm, transpose_a=transpose_a)
+                assert "tsmm_mtsm" in compiled_hlo(call, a, x)
+                check(run(a, x, transpose_a), a, x, transpose_a)
+                ran += 1
+                break
     if not ran:
         pytest.skip(f"no wgmma kernel chosen for float32 mtsm at the prebuilt widths on {_cuda.device_kind()}")
 

@@ -313,7 +313,7 @@ def test_winners_at_nearby_widths_compete(monkeypatch):
         tune.opening_kernels(problem, 2, "sm_90", {0}))
 
 
-def test_mtsm_tunes_open_with_the_neighbouring_widths_kernels(monkeypatch):
+def test_mtsm_tunes_open_with_the_neighbouring_widths_kernels(monkeypatch, tuned_dispatch):
     """An mtsm tune times the kernels the tuned widths nearest N chose at its size,
     fitted to N, besides its own candidates; a neighbour that chose XLA adds none."""
     narrow = dataclasses.replace(mtsm_default_config(MtsmProblem(False, "float32", 8)), blocks_per_sm=1)
@@ -323,7 +323,6 @@ def test_mtsm_tunes_open_with_the_neighbouring_widths_kernels(monkeypatch):
                _dispatch.mtsm_key(False, "float32", 32): [{"k_min": 0, "config": None},
                                                           {"k_min": 4096, "config": dataclasses.asdict(wide)}]}
     monkeypatch.setattr(_dispatch, "_database_file", lambda path: entries if path.name == "sm_90.json" else {})
-    monkeypatch.setattr(_dispatch, "_model_only", [])
     problem = MtsmProblem(False, "float32", 16)
     extra, _ = tune.mtsm_opening_specs(problem, [], 8192, "sm_90", "")
     fitted_wide = MtsmSpec(problem, dataclasses.replace(wide, tile_n=4))  # 4 groups of N's columns, as 32's
