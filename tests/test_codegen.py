@@ -883,7 +883,7 @@ def test_fused_update_stages_y_beside_a(dtype, m, n):
         assert spec.shared_bytes - plain.shared_bytes == config.stages * y_area * problem.element_bytes
         source = kernel_source(spec)
         staging = (f"if (read_y && lane == 1) tsmm_bulk_stage(slot_y(slot) + y_shift, y + row0 * {n}" if spec.bulk
-                   else f"if (read_y) tsmm_stage_copy<")
+                   else "if (read_y) tsmm_stage_copy<")
         assert staging in source and "update(acc" in source and ", sy[" in source
 
 
