@@ -8,7 +8,6 @@ carries a comment naming the technique it implements.
 
 from __future__ import annotations
 
-
 from .abi import PRELUDE
 from .spec import KernelSpec, validate
 
