@@ -639,12 +639,12 @@ def main(argv=None) -> None:
         "device": device.device_kind, "date": str(datetime.date.today()), "jax": jax.__version__,
         "ceilings": ceilings, "loop_seconds": LOOP_SECONDS, "rows": [], "k_sweep": [], "complete": False,
     }
-    section = report["rows"]
 
-    def show(row: dict) -> None:
+    def show(row: dict, section: str = "rows") -> None:
         """Progress: every row as it is timed, numbered; and the report so far on
-        disk, so that a run cut off at a device call's limit keeps its rows."""
-        section.append(row)
+        disk (the row in its ``section``), so that a run cut off at a device call's
+        limit keeps its rows."""
+        report[section].append(row)
         print(f"[{next(counter)}/{total}] ", end="")
         _print_row(row)
         write_report(report, args.json)
@@ -653,9 +653,8 @@ def main(argv=None) -> None:
         show(bench_shape(op, dtype, m, n, problem_rows(m, n, dtype), ceilings, args.model))
     for row in mtsm_rows(dtypes, ceilings, args.model, mtsm_sizes, mtsm_widths) if "mtsm" in ops else ():
         show(row)
-    section = report["k_sweep"]
     for row in k_sweep(ceilings, tall_ops, dtypes, sweep_widths, sweep_ks, args.model):
-        show(row)
+        show(row, "k_sweep")
     report["complete"] = True
     write_report(report, args.json)
     rows = report["rows"]
