@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import importlib.util
 import os
 import pathlib
 import re
@@ -19,6 +18,7 @@ import tempfile
 import warnings
 from concurrent.futures import ThreadPoolExecutor
 
+from jax_tsmm import _pip_cuda
 from jax_tsmm.codegen import KernelSpec, MtsmSpec, module_source, mtsm_module_source
 from jax_tsmm.codegen.spec import has_wgmma
 
@@ -59,11 +59,10 @@ def cache_dir() -> pathlib.Path:
 def nvcc() -> str:
     """The compiler of the kernels outside the prebuilt set: $JAX_TSMM_NVCC, else the
     first nvcc on PATH, under $CUDA_HOME or $CUDA_PATH, of NVIDIA's pip packages
-    (``pip_nvccs``) or under /usr/local/cuda."""
+    (``_pip_cuda``) or under /usr/local/cuda."""
     candidates = [os.environ.get("JAX_TSMM_NVCC"), shutil.which("nvcc")]
-    candidates += [os.path.join(home, "bin", "nvcc")
-                   for home in (os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH")) if home]
-    candidates += [*pip_nvccs(), "/usr/local/cuda/bin/nvcc"]
+    homes = [os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), *_pip_cuda.homes(), "/usr/local/cuda"]
+    candidates += [os.path.join(home, "bin", "nvcc") for home in homes if home]
     for path in candidates:
         if path and os.access(path, os.X_OK):
             return path
@@ -71,17 +70,6 @@ def nvcc() -> str:
         "jax_tsmm needs nvcc to compile kernels for shapes outside its prebuilt set; "
         "put it on PATH, set JAX_TSMM_NVCC, or pip install nvidia-cuda-nvcc"
     )
-
-
-def pip_nvccs() -> list[str]:
-    """Where NVIDIA's pip package nvidia-cuda-nvcc puts nvcc (nvidia/cu13/bin/nvcc,
-    since CUDA 13), in each place the ``nvidia`` namespace package spans:
-    ``pip install 'jax[cuda13]'`` installs it beside JAX's CUDA plugin, off PATH.
-    With its nvvm, runtime and crt packages it compiles the same cubins as the
-    toolkit's nvcc of its version (docs/gpu.md)."""
-    spec = importlib.util.find_spec("nvidia")
-    locations = spec.submodule_search_locations if spec else None
-    return [os.path.join(location, "cu13", "bin", "nvcc") for location in locations or []]
 
 
 @functools.cache

@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import pathlib
 import re
 import subprocess
 import sys
@@ -155,15 +156,23 @@ def test_without_nvcc_only_the_prebuilt_kernels_run(no_nvcc):
     assert "tsmm_atb" in cuda_hlo(jax_tsmm.atb, prebuilt, prebuilt)
 
 
-def test_the_nvcc_of_nvidias_pip_package_is_found(tmp_path, monkeypatch):
-    """Off PATH, and without $JAX_TSMM_NVCC, $CUDA_HOME or $CUDA_PATH: the nvcc that
-    `pip install 'jax[cuda13]'` brings (nvidia-cuda-nvcc, nvidia/cu13/bin/nvcc)."""
+@pytest.fixture
+def pip_site(tmp_path):
+    """A site-packages holding the nvcc that `pip install 'jax[cuda13]'` brings
+    (nvidia-cuda-nvcc, nvidia/cu13/bin/nvcc), its ``nvidia`` package a regular one
+    so that it comes ahead of any other on the path."""
     site = tmp_path / "site-packages"
     pip_nvcc = site / "nvidia" / "cu13" / "bin" / "nvcc"
     pip_nvcc.parent.mkdir(parents=True)
-    (site / "nvidia" / "__init__.py").write_text("")  # ahead of any other nvidia package on sys.path
+    (site / "nvidia" / "__init__.py").write_text("")
     pip_nvcc.write_text("#!/bin/sh\n")
     pip_nvcc.chmod(0o755)
+    return site
+
+
+def test_the_nvcc_of_nvidias_pip_package_is_found(pip_site, tmp_path, monkeypatch):
+    """Off PATH, and without $JAX_TSMM_NVCC, $CUDA_HOME or $CUDA_PATH."""
+    site, pip_nvcc = pip_site, pip_site / "nvidia" / "cu13" / "bin" / "nvcc"
     for name in ("JAX_TSMM_NVCC", "CUDA_HOME", "CUDA_PATH"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("PATH", str(tmp_path))
@@ -174,6 +183,15 @@ def test_the_nvcc_of_nvidias_pip_package_is_found(tmp_path, monkeypatch):
         assert _kernels.nvcc() == str(pip_nvcc)
     finally:
         _kernels.nvcc.cache_clear()
+
+
+def test_the_build_finds_the_pip_packages_compiler_lowering_finds(pip_site):
+    """CMakeLists.txt runs jax_tsmm/_pip_cuda.py as a script with the Python that
+    builds, where no CUDA toolkit is found: it prints the home of that nvcc."""
+    script = pathlib.Path(_kernels.__file__).with_name("_pip_cuda.py")
+    found = subprocess.run([sys.executable, str(script)], env={**os.environ, "PYTHONPATH": str(pip_site)},
+                           capture_output=True, text=True, check=True)
+    assert found.stdout.strip() == str(pip_site / "nvidia" / "cu13")
 
 
 @pytest.mark.nvcc
