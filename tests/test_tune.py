@@ -207,10 +207,9 @@ def test_stale_entries_predate_another_kernel_winning_nearby(monkeypatch, capsys
     kernel, tuned on a later day (an undated entry predates every dated one): its
     tuning could not time it. ``--stale`` lists such shapes for a re-tune."""
     problem, entries = _entries_with_a_stale_width(monkeypatch)
-    third = dataclasses.replace(default_config(problem), unroll=1, stages=2)
     assert tune.stale_ranges(problem, entries) == {0: ["6x6"]}  # range 1: 6x6 won with 5x5's own kernel
-    entries["atb:float64:6x6"][1] = dict(entries["atb:float64:6x6"][1], config=dataclasses.asdict(third),
-                                         date="2026-11-19")
+    third = entries["atb:float64:4x4"][0]["config"]  # another kernel than 5x5's
+    entries["atb:float64:6x6"][1] = dict(entries["atb:float64:6x6"][1], config=third, date="2026-11-19")
     assert tune.stale_ranges(problem, entries) == {0: ["6x6"], 1: ["6x6"]}  # undated: before any day
     entries["atb:float64:5x5"][0]["date"] = "2026-11-22"
     assert tune.stale_ranges(problem, entries) == {1: ["6x6"]}
