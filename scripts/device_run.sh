@@ -13,7 +13,10 @@
 # instruction mix; scripts/profile_kernels.py), durations
 # SHAPES (each of our kernels' time on the GPU alone, by Nsight Compute), jit_timing
 # SHAPES (scripts/jit_timing.py: the bench's timing against plain jitted calls), batched
-# SHAPES [--k K] [--batch B] (scripts/batched_timing.py: atb and ab under vmap).
+# SHAPES [--k K] [--batch B] (scripts/batched_timing.py: atb and ab under vmap), fresh ARGS
+# (issue 4's check as its reader makes it: `pip install .`, a wheel built in a build directory
+# of its own, then the bench ARGS run outside the tree with an empty kernel cache; the
+# editable install is put back after).
 # A JAX_TSMM_CACHE_DIR set by the caller is kept: a carried kernel cache, e.g. from
 # `python -m jax_tsmm.tune --compile-only` here (docs/performance.md, Method); a carried
 # .tsmm_cache.tar.xz (such a cache packed by xz, about a tenth of its size) is unpacked into it.
@@ -72,6 +75,12 @@ for item in "$@"; do
       step $name python3 -m jax_tsmm.bench $args --json "$OUT/$name.json" --plot "$OUT/$name.png"
       # its table in the summary, of the rows it timed where the call's limit cut it off
       [ -f "$OUT/$name.json" ] && python3 -m jax_tsmm.bench --summary "$OUT/$name.json" >> "$summary" ;;
+    fresh)
+      fresh=$(mktemp -d)
+      step fresh_install python3 -m pip install --no-build-isolation --no-deps -v -C build-dir="$fresh/build" . &&
+        (cd "$fresh" && JAX_TSMM_CACHE_DIR="$fresh/cache" step fresh python3 -m jax_tsmm.bench $args --json "$OUT/fresh.json" --plot "$OUT/fresh.png")
+      [ -f "$OUT/fresh.json" ] && python3 -m jax_tsmm.bench --summary "$OUT/fresh.json" >> "$summary"
+      step reinstall python3 -m pip install --no-build-isolation --no-deps -e . ;;
     jit_timing) step jit_timing python3 scripts/jit_timing.py $args --json "$OUT/jit_timing.json" ;;
     batched) step batched python3 scripts/batched_timing.py $args --json "$OUT/batched.json" ;;
     compare)  # compare, compare2, ...: one JSON each
