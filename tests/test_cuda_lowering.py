@@ -339,6 +339,15 @@ def test_a_gpu_models_database_overrides_its_architectures_key_by_key(monkeypatc
         assert select("ab", device) is None
 
 
+def test_every_file_the_package_ships_under_tuning_is_a_database_dispatch_reads():
+    """A file there under another name, such as a device run's copy of a database
+    (`tuned-sm_90.NVIDIA_H200.json`), would ship unread while the file it was
+    meant to replace kept the old entries."""
+    for path in sorted(_dispatch.TUNING_DIR.iterdir()):
+        db = json.loads(path.read_text())
+        assert path in (_dispatch.database_path(db["arch"]), _dispatch.database_path(db["arch"], db["device"])), path.name
+
+
 def test_atb_takes_xla_at_multiples_of_a_k_where_a_sweep_found_it_faster(monkeypatch):
     """A kernel entry marked with xla_faster_at gives way to XLA's Aᵀ B at multiples
     of that K, except from the larger K the kernel was timed faster at; an XLA
