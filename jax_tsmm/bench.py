@@ -260,11 +260,26 @@ def operand_sets(op: str, dtype, m: int, n: int, k: int, seed: int, batch: tuple
 
 
 def timed_kernel(op: str, dtype, m: int, n: int, k: int, device: str | None = None):
-    """The kernel a call of this shape runs on this GPU (or the GPU model ``device``
-    names), or None for XLA's dot."""
+    """The kernel a call of this shape runs on this GPU, or None for XLA's dot; or
+    the kernel dispatch picks for the GPU model ``device`` names."""
     problem = _dispatch.named_problem(op, dtype, m, n)
-    device = _cuda.device_kind() if device is None else device
-    return _dispatch.select(problem.op, dtype, m, n, k, 0, False, _cuda.arch(), device, update=problem.update)
+    spec = _dispatch.select(problem.op, dtype, m, n, k, 0, False, _cuda.arch(),
+                            _cuda.device_kind() if device is None else device, update=problem.update)
+    return spec if device is not None else _runs_here(spec)
+
+
+def timed_mtsm_kernel(dtype, transpose_a: bool, n: int, size: int, device: str | None = None):
+    """``timed_kernel`` of mtsm's M = K = ``size`` grid: the kernel an unbatched call runs."""
+    spec = _mtsm.select(dtype, transpose_a, n, False, size, _cuda.arch(),
+                        _cuda.device_kind() if device is None else device)
+    return spec if device is not None else _runs_here(spec)
+
+
+def _runs_here(spec):
+    """``spec``, or None where the lowering takes XLA's dot for it instead: a kernel
+    outside the prebuilt set with no nvcc to compile it (``_kernels.runnable``,
+    which warns)."""
+    return spec if spec is None or _kernels.runnable(spec) else None
 
 
 def kernels_to_time(ops, dtypes, shapes, sweep_widths, sweep_ks, model: bool,
@@ -274,14 +289,13 @@ def kernels_to_time(ops, dtypes, shapes, sweep_widths, sweep_ks, model: bool,
     first timing (the K sweep's, one at a time as they came, had held the GPU idle).
     ``device``: those of that GPU model's dispatch instead of this GPU's."""
     tall_ops = [op for op in ops if op != "mtsm"]
-    device = _cuda.device_kind() if device is None else device
     with dispatch_context(model):
         specs = [timed_kernel(op, d, m, n, problem_rows(m, n, d), device) for d in dtypes for op in tall_ops
                  for m, n in shapes]
         specs += [timed_kernel(op, d, w, w, k, device) for d, w, k in sweep_points(dtypes, sweep_widths, sweep_ks)
                   for op in tall_ops]
         if "mtsm" in ops:
-            specs += [_mtsm.select(d, t, n, False, size, _cuda.arch(), device)
+            specs += [timed_mtsm_kernel(d, t, n, size, device)
                       for d in dtypes for t in (False, True) for n in mtsm_widths for size in mtsm_sizes]
     return [spec for spec in dict.fromkeys(specs) if spec is not None]
 
@@ -367,7 +381,7 @@ def mtsm_rows(dtypes, ceilings: dict, model: bool = False, sizes=MTSM_SIZES,
                 for transpose_a in (False, True):
                     ours, xla = mtsm_operations(transpose_a)
                     with dispatch_context(model):
-                        spec = _mtsm.select(dtype, transpose_a, width, False, size, _cuda.arch(), _cuda.device_kind())
+                        spec = timed_mtsm_kernel(dtype, transpose_a, width, size)
                         ours_s = seconds_per_call(ours, sets, best)
                     xla_s = seconds_per_call(xla, sets, best)
                     yield {

@@ -182,6 +182,30 @@ def test_main_numbers_every_row_as_it_is_timed(monkeypatch, tmp_path, capsys):
     assert (tmp_path / "run.png").exists() and (tmp_path / "run.md").exists()
 
 
+def test_without_nvcc_a_run_compiles_nothing_and_its_rows_name_what_ran(monkeypatch, tmp_path, no_nvcc):
+    """On a GPU without nvcc the lowering takes XLA's dot wherever the kernel is
+    not prebuilt (3 x 3); the run asks the compiler for nothing (the real
+    precompile, which would fail on a kernel it had to compile) and its rows
+    name XLA's dot there and the prebuilt kernel where there is one (4 x 4, in
+    an extension built with CUDA)."""
+    pytest.importorskip("matplotlib")
+    precompile = bench._kernels.precompile
+    _fake_gpu_run(monkeypatch)
+    monkeypatch.setattr(bench._kernels, "precompile", precompile)
+    json_path = tmp_path / "run.json"
+    with pytest.warns(RuntimeWarning, match="XLA's dot serves"):
+        bench.main(["--dtypes", "float64", "--ops", "ab", "--widths", "3,4", "--no-pairs",
+                    "--json", str(json_path), "--plot", str(tmp_path / "run.png")])
+    rows = json.loads(json_path.read_text())["rows"]
+    float64 = np.dtype("float64")
+    here = bench._cuda.device_kind()  # named, dispatch's pick whether or not it runs here
+    dispatched = [bench.timed_kernel("ab", float64, w, w, bench.problem_rows(w, w, float64), here) for w in (3, 4)]
+    prebuilt = bench._kernels.prebuilt_names()
+    assert dispatched[0].name not in prebuilt
+    expected = [dataclasses.asdict(spec.config) if spec.name in prebuilt else None for spec in dispatched]
+    assert [row["config"] for row in rows] == expected
+
+
 def test_a_run_cut_off_keeps_the_rows_it_timed(monkeypatch, tmp_path, capsys):
     """A run stopped after its second row (a device call's time limit) leaves a report
     of those two rows, marked incomplete, in JSON and Markdown; --summary tabulates it."""
