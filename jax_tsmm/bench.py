@@ -644,7 +644,11 @@ def main(argv=None) -> None:
         + ", ".join(f"{k} {v / 1e12:.1f} TFLOP/s" for k, v in ceilings["peak_flops"].items() if k.startswith("float")),
         flush=True,
     )
-    _kernels.precompile(kernels, _cuda.arch())  # in parallel, before any timing
+    # In parallel, before any timing; said, since on a fresh install it is the first run's longest wait.
+    print(f"{len(kernels)} kernels to time: compiling those neither prebuilt nor in {_kernels.cache_dir()}", flush=True)
+    started = time.perf_counter()
+    _kernels.precompile(kernels, _cuda.arch())
+    print(f"kernels ready in {time.perf_counter() - started:.0f} s", flush=True)
     problems = [(op, d, m, n) for d in dtypes for op in tall_ops for m, n in shapes]
     mtsm_count = 2 * len(dtypes) * len(mtsm_sizes) * len(mtsm_widths) if "mtsm" in ops else 0
     total = len(problems) + mtsm_count + len(tall_ops) * len(sweep_points(dtypes, sweep_widths, sweep_ks))

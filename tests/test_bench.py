@@ -163,16 +163,21 @@ def _fake_gpu_run(monkeypatch, seconds_per_call=lambda *args, **kwargs: 1e-3):
 
 
 def test_main_numbers_every_row_as_it_is_timed(monkeypatch, tmp_path, capsys):
-    """A whole run (its GPU faked, every call timed at 1 ms): the main rows (widths and
-    the pairs asked for), the mtsm grid and the K sweep are numbered [i/total] as
-    they come, then written out."""
+    """A whole run (its GPU faked, every call timed at 1 ms): after saying what it
+    compiles and when that is done, the main rows (widths and the pairs asked
+    for), the mtsm grid and the K sweep are numbered [i/total] as they come, then
+    written out."""
     pytest.importorskip("matplotlib")
     _fake_gpu_run(monkeypatch)
     json_path = tmp_path / "run.json"
     bench.main(["--dtypes", "float32", "--ops", "atb,mtsm", "--widths", "1,2", "--pairs", "1x3",
                 "--mtsm-sizes", "64", "--mtsm-widths", "1,3", "--k-sweep", "--k-sweep-widths", "2",
                 "--k-sweep-k", "1024,2048,4096", "--json", str(json_path), "--plot", str(tmp_path / "run.png")])
-    numbered = [line.split("]")[0] + "]" for line in capsys.readouterr().out.splitlines() if line.startswith("[")]
+    printed = capsys.readouterr().out.splitlines()
+    numbered = [line.split("]")[0] + "]" for line in printed if line.startswith("[")]
+    first_row = printed.index(next(line for line in printed if line.startswith("[")))
+    compiling, ready = printed[first_row - 2:first_row]
+    assert compiling.split(" ", 1)[1].startswith("kernels to time: compiling") and ready == "kernels ready in 0 s"
     total = 3 + 2 * 2 + 3  # atb at 1, 2 and 1 x 3; mtsm's layouts at N = 1, 3; the sweep's K
     assert numbered == [f"[{i}/{total}]" for i in range(1, total + 1)]
     report = json.loads(json_path.read_text())
