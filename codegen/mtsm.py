@@ -45,7 +45,7 @@ from .abi import PRELUDE
 from .emit import _STAGE_COPY, _Arith, _wgmma_tf32, dmma_products, tf32_partial_sums, tf32_products
 from .model import SM_REGISTERS, SM_SHARED_BYTES, SM_THREADS
 from .spec import (DTYPES, MAX_REGISTERS, MAX_SHARED_BYTES, MAX_THREADS, MMA_DTYPES, VECTOR_BYTES, ElementType,
-                   InvalidSpec, fragment_stride)
+                   InvalidSpec, _ceil_div, _round_up, fragment_stride)
 
 MAX_N = 64
 
@@ -288,14 +288,6 @@ class MtsmSpec:
         layout = "t" if p.transpose_a else "n"
         conj = "c" if p.conj else ""
         return f"tsmm_mtsm{layout}{conj}_{p.dtype}_n{p.n}_{digest}"
-
-
-def _ceil_div(x: int, y: int) -> int:
-    return -(-x // y)
-
-
-def _round_up(x: int, y: int) -> int:
-    return _ceil_div(x, y) * y
 
 
 def validate(spec: MtsmSpec) -> None:
