@@ -50,6 +50,13 @@ step() {  # step NAME COMMAND...: run with a log, record status and seconds; cut
   return $rc
 }
 
+run_bench() {  # run_bench NAME ARGS...: the bench, one JSON, Markdown and PNG, and its table in the summary
+  # (of the rows it timed where the call's limit cut it off), both from the working directory
+  local name=$1; shift
+  step "$name" python3 -m jax_tsmm.bench "$@" --json "$OUT/$name.json" --plot "$OUT/$name.png"
+  [ -f "$OUT/$name.json" ] && python3 -m jax_tsmm.bench --summary "$OUT/$name.json" >> "$summary"
+}
+
 gpu_name=$(nvidia-smi --query-gpu=name --format=csv,noheader)
 if [[ -n ${REQUIRE_GPU:-} && $gpu_name != *"$REQUIRE_GPU"* ]]; then
   echo "REQUIRE_GPU=$REQUIRE_GPU: this GPU is $gpu_name; nothing run"; exit 3
@@ -72,14 +79,11 @@ for item in "$@"; do
     clocks) step clocks python3 scripts/clocks_under_load.py $args --json "$OUT/clocks.json" ;;
     bench)  # bench, bench2, ...: one JSON, Markdown and PNG each
       benches=$((benches + 1)); [ $benches -gt 1 ] && name=bench$benches
-      step $name python3 -m jax_tsmm.bench $args --json "$OUT/$name.json" --plot "$OUT/$name.png"
-      # its table in the summary, of the rows it timed where the call's limit cut it off
-      [ -f "$OUT/$name.json" ] && python3 -m jax_tsmm.bench --summary "$OUT/$name.json" >> "$summary" ;;
-    fresh)
+      run_bench $name $args ;;
+    fresh)  # outside the tree: there the source tree's jax_tsmm (no codegen, no extension) would shadow the wheel
       fresh=$(mktemp -d)
       step fresh_install python3 -m pip install --no-build-isolation --no-deps -v -C build-dir="$fresh/build" . &&
-        (cd "$fresh" && JAX_TSMM_CACHE_DIR="$fresh/cache" step fresh python3 -m jax_tsmm.bench $args --json "$OUT/fresh.json" --plot "$OUT/fresh.png")
-      [ -f "$OUT/fresh.json" ] && python3 -m jax_tsmm.bench --summary "$OUT/fresh.json" >> "$summary"
+        (cd "$fresh" && JAX_TSMM_CACHE_DIR="$fresh/cache" run_bench fresh $args)
       step reinstall python3 -m pip install --no-build-isolation --no-deps -e . ;;
     jit_timing) step jit_timing python3 scripts/jit_timing.py $args --json "$OUT/jit_timing.json" ;;
     batched) step batched python3 scripts/batched_timing.py $args --json "$OUT/batched.json" ;;
