@@ -294,19 +294,30 @@ def stale_ranges(problem: Problem | MtsmProblem, entries: dict) -> dict[int, lis
     day (an undated entry predates every dated one), as range -> those winners'
     shapes. ``--stale`` lists them, for a re-tune: on an H200 the float64 ab
     entries it flags at 28, 29, 31, 39, 41, 50, 51 and 58 gained 4.1-8.4 % in GB/s
-    when re-tuned (sixty-fourth round). None of mtsm's: its nearby kernels are
+    when re-tuned (sixty-fourth round). A complex problem's entry is stale too where
+    its real view's own entry (the same bytes and work: complex64 Aᴴ B 26 × 26 is
+    float32 Aᵀ B 52 × 52) won later with another kernel, which the tuning times as
+    dispatch's kernel of the real view: on an H200 (2026-11-30) complex64 atb 27 and 28
+    ran 87.1 and 83.3 % on entries of 7-9 candidates where float32 atb 54 and 56's
+    later winners ran 97.1 and 97.2 %. None of mtsm's: its nearby kernels are
     fitted per size, not kept as winners."""
     if isinstance(problem, MtsmProblem):
         return {}
     stale = {}
+    real = _dispatch.real_view_problem(problem)
     for entry in entries.get(_dispatch.problem_key(problem), []):
         range_idx, config = range_index(entry), entry["config"]
-        target = _dispatch.real_view_problem(problem) if entry.get("real_view") else problem
+        target = real if entry.get("real_view") else problem
         own = None if config is None else KernelSpec(target, Config(**config))
         date = entry.get("date", "")
         later = [shape for spec, shape in nearby_winners(problem, range_idx, entries).items()
                  if spec != own and any(range_index(winner) == range_idx and winner.get("date", "") > date
                                         for winner in entries[f"{_dispatch.op_name(problem)}:{problem.dtype}:{shape}"])]
+        if real is not None and any(
+                range_index(winner) == range_idx and winner["config"] is not None and winner.get("date", "") > date
+                and KernelSpec(real, Config(**winner["config"])) != own
+                for winner in entries.get(_dispatch.problem_key(real), [])):
+            later.append(f"{real.dtype} {real.m}x{real.n}")
         if later:
             stale[range_idx] = later
     return stale

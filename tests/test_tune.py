@@ -219,6 +219,29 @@ def test_stale_entries_predate_another_kernel_winning_nearby(monkeypatch, capsys
                                        "--ops atb --dtypes float64 --shapes 5\n")
 
 
+def test_a_complex_entry_is_stale_where_its_real_view_won_later_with_another_kernel(monkeypatch):
+    """complex64 Aᴴ B 3 × 3 runs as float32 Aᵀ B 6 × 6 on its real view: where that
+    problem's own entry won later with another kernel, the complex entry's tuning
+    could not time it."""
+    monkeypatch.setattr(tune, "K_RANGES", ((0, 300), (1000, 2000)))
+    problem = Problem("atb", "complex64", 3, 3)
+    real = _dispatch.real_view_problem(problem)
+    base = default_config(real)
+    other = dataclasses.replace(base, unroll=3, stages=3)
+
+    def won(config, date, **flags):
+        return {"k_range": 0, "k_min": 0, "config": dataclasses.asdict(config), "tsmm_pct": 90.0, "date": date,
+                **flags}
+
+    entries = {_dispatch.problem_key(problem): [won(base, "2026-11-20", real_view=True)],
+               _dispatch.problem_key(real): [won(other, "2026-11-21")]}
+    assert tune.stale_ranges(problem, entries) == {0: ["float32 6x6"]}
+    entries[_dispatch.problem_key(real)] = [won(other, "2026-11-20")]  # the same day: it may have competed
+    assert tune.stale_ranges(problem, entries) == {}
+    entries[_dispatch.problem_key(real)] = [won(base, "2026-11-21")]  # the complex entry's own kernel
+    assert tune.stale_ranges(problem, entries) == {}
+
+
 def test_only_stale_compiles_for_the_stale_ranges_alone(monkeypatch, capsys):
     """--only-stale DEVICE --compile-only: of the shapes asked, the kernels the tuning
     of their stale ranges on DEVICE times first; the model must be named there."""
