@@ -297,10 +297,10 @@ def stale_ranges(problem: Problem | MtsmProblem, entries: dict) -> dict[int, lis
     when re-tuned (sixty-fourth round). A complex problem's entry is stale too where
     its real view's own entry (the same bytes and work: complex64 Aᴴ B 26 × 26 is
     float32 Aᵀ B 52 × 52) won later with another kernel, which the tuning times as
-    dispatch's kernel of the real view: on an H200 (2026-11-30) complex64 atb 27 and 28
-    ran 87.1 and 83.3 % on entries of 7-9 candidates where float32 atb 54 and 56's
-    later winners ran 97.1 and 97.2 %. None of mtsm's: its nearby kernels are
-    fitted per size, not kept as winners."""
+    dispatch's kernel of the real view: on an H200 (2026-11-30) complex64 atb 28 ran
+    83.3 % on an undated early entry (9 candidates) where float32 atb 56's later
+    winner ran 97.2 %; re-tuned, it took that kernel (94.4 %, sixty-ninth round).
+    None of mtsm's: its nearby kernels are fitted per size, not kept as winners."""
     if isinstance(problem, MtsmProblem):
         return {}
     stale = {}
