@@ -310,11 +310,15 @@ def stale_ranges(problem: Problem | MtsmProblem, entries: dict) -> dict[int, lis
         target = real if entry.get("real_view") else problem
         own = None if config is None else KernelSpec(target, Config(**config))
         date = entry.get("date", "")
+
+        def won_later(winner: dict, range_idx=range_idx, date=date) -> bool:
+            return range_index(winner) == range_idx and winner.get("date", "") > date
+
         later = [shape for spec, shape in nearby_winners(problem, range_idx, entries).items()
-                 if spec != own and any(range_index(winner) == range_idx and winner.get("date", "") > date
-                                        for winner in entries[f"{_dispatch.op_name(problem)}:{problem.dtype}:{shape}"])]
+                 if spec != own
+                 and any(map(won_later, entries[f"{_dispatch.op_name(problem)}:{problem.dtype}:{shape}"]))]
         if real is not None and any(
-                range_index(winner) == range_idx and winner["config"] is not None and winner.get("date", "") > date
+                won_later(winner) and winner["config"] is not None
                 and KernelSpec(real, Config(**winner["config"])) != own
                 for winner in entries.get(_dispatch.problem_key(real), [])):
             later.append(f"{real.dtype} {real.m}x{real.n}")
