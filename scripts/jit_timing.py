@@ -10,7 +10,10 @@ loops) and the plain one, ``jax.jit`` of a single call, ``--calls`` calls back
 to back over the same rotating sets, the host clock around them and one
 ``block_until_ready`` after the last. The plain way counts each call's dispatch
 from Python (a few µs) and its output's allocation, which the loop leaves out.
-Prints both times and their ratio for each library.
+The two ways take turns over ``--rounds`` rounds, each first in every other
+round: under the H200's power cap the clock a timing meets depends on what ran
+just before (docs/performance.md, twenty-first round), so a fixed order would
+favour one. Prints the median of each way and their ratio for each library.
 """
 
 from __future__ import annotations
@@ -38,13 +41,20 @@ def plain_seconds(call, operand_sets: list[tuple], calls: int) -> float:
     return (time.perf_counter() - start) / calls
 
 
-def compare(op: str, dtype, m: int, n: int, k: int, calls: int) -> dict:
+def compare(op: str, dtype, m: int, n: int, k: int, calls: int, rounds: int) -> dict:
     sets = bench.operand_sets(op, dtype, m, n, k, seed=m * 1000 + n + 1)
-    # The loop's length is set by the expected time per call; a plain timing of one call is it.
     times = {}
     for library, call in zip(("tsmm", "xla"), bench.operations(op)):
-        plain = plain_seconds(call, sets, calls)
-        times[library] = {"plain_s": plain, "loop_s": bench.seconds_per_call(call, sets, plain)}
+        # The loop's length is set by the expected time per call; a plain timing of one call is it.
+        expected = plain_seconds(call, sets, calls)
+        ways = {"plain_s": lambda: plain_seconds(call, sets, calls),
+                "loop_s": lambda: bench.seconds_per_call(call, sets, expected)}
+        runs = {way: [] for way in ways}
+        for turn in range(rounds):
+            for way in (list(ways) if turn % 2 == 0 else list(ways)[::-1]):
+                runs[way].append(ways[way]())
+        times[library] = {**{way: float(np.median(seconds)) for way, seconds in runs.items()},
+                          **{way.replace("_s", "_runs_s"): seconds for way, seconds in runs.items()}}
     return {"op": op, "dtype": np.dtype(dtype).name, "M": m, "N": n, "K": k, **times}
 
 
@@ -52,6 +62,7 @@ def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("shapes", nargs="+", help="op:dtype:M:N, op atb or ab")
     parser.add_argument("--calls", type=int, default=40, help="calls of the plain timing")
+    parser.add_argument("--rounds", type=int, default=4, help="turns of the two ways, each first in every other")
     parser.add_argument("--k", type=int, default=None, help="rows (default: the bench's, bench.problem_rows)")
     parser.add_argument("--json", help="write the rows here")
     args = parser.parse_args(argv)
@@ -59,7 +70,7 @@ def main(argv=None) -> None:
     for shape in args.shapes:
         op, dtype, m, n = shape.split(":")
         dtype, m, n = np.dtype(dtype), int(m), int(n)
-        row = compare(op, dtype, m, n, args.k or bench.problem_rows(m, n, dtype), args.calls)
+        row = compare(op, dtype, m, n, args.k or bench.problem_rows(m, n, dtype), args.calls, args.rounds)
         rows.append(row)
         print(f"{op:>4} {row['dtype']:>10} {m:>3}x{n:<3} K={row['K']:>10}  " + "   ".join(
             f"{library} plain {t['plain_s'] * 1e3:8.3f} ms, loop {t['loop_s'] * 1e3:8.3f} ms "
