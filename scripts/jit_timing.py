@@ -1,6 +1,6 @@
 """The bench's figures against the plainest timing a user would write.
 
-    python3 scripts/jit_timing.py atb:float64:13:13 ab:float64:13:13 [--calls 40] [--k K] [--json out.json]
+    python3 scripts/jit_timing.py atb:float64:13:13 ab:float64:13:13 [--calls 40] [--rounds 4] [--k K] [--json out.json]
 
 Issue 4 is checked by running the bench together with "an independent timing of
 the same calls through jax.jit". For each shape (op:dtype:M:N, op atb or ab) this
