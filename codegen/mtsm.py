@@ -94,6 +94,12 @@ def mtsm_key(transpose_a: bool, dtype: str, n: int) -> str:
     return f"{'mtsm_t' if transpose_a else 'mtsm'}:{dtype}:n{n}"
 
 
+def mtsm_key_problem(key: str) -> MtsmProblem:
+    """mtsm_key's inverse: the problem of an "mtsm[_t]:dtype:nN" key (conj False)."""
+    op, dtype, n = key.split(":")
+    return MtsmProblem(op == "mtsm_t", dtype, int(n.removeprefix("n")))
+
+
 @dataclass(frozen=True)
 class MtsmConfig:
     """How an MTSM kernel computes.

@@ -122,6 +122,14 @@ def problem_key(problem: Problem) -> str:
     return f"{op_name(problem)}:{problem.dtype}:{problem.m}x{problem.n}"
 
 
+def key_problem(key: str) -> Problem:
+    """problem_key's inverse: the problem of an "op:dtype:MxN" key (conj, which keys
+    leave out, False)."""
+    op, dtype, shape = key.split(":")
+    m, n = map(int, shape.split("x"))
+    return named_problem(op, dtype, m, n)
+
+
 @dataclass(frozen=True)
 class Config:
     """How a kernel computes. Fields and the techniques they select:

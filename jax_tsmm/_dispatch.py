@@ -41,7 +41,7 @@ from jax_tsmm.codegen import (Config, InvalidSpec, KernelSpec, MtsmSpec, Problem
                               runs_gauss)
 from jax_tsmm.codegen.abi import MAX_BATCH_DIMS
 from jax_tsmm.codegen.mtsm import mtsm_key
-from jax_tsmm.codegen.spec import named_problem, op_name, problem_key
+from jax_tsmm.codegen.spec import key_problem, named_problem, op_name, problem_key
 
 KERNEL_DTYPES = ("float32", "float64", "complex64", "complex128")
 MAX_WIDTH = 128
@@ -443,9 +443,9 @@ def _near_an_xla_pair(problem: Problem, k: int, arch: str, device: str) -> dict[
     distances = {}
     for key in database(arch, device):
         if key.startswith(prefix):
-            m, n = map(int, key[len(prefix):].split("x"))
-            if m != n:
-                distances[key] = abs(math.log2(m / problem.m)) + abs(math.log2(n / problem.n))
+            pair = key_problem(key)
+            if pair.m != pair.n:
+                distances[key] = abs(math.log2(pair.m / problem.m)) + abs(math.log2(pair.n / problem.n))
     if not distances:
         return {}
     nearest = min(distances.values())

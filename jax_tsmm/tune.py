@@ -81,6 +81,7 @@ from jax_tsmm import _cuda, _dispatch, _kernels, _mtsm, bench
 from jax_tsmm.codegen import Config, InvalidSpec, KernelSpec, MtsmProblem, MtsmSpec, Problem
 from jax_tsmm.codegen.model import carried_to_update, fits_an_sm
 from jax_tsmm.codegen.search import candidates, mtsm_candidates, mtsm_neighbours, neighbours
+from jax_tsmm.codegen.spec import key_problem, op_name
 
 # K ranges as (k_min, K timed); None times the benchmark's size (1 GiB matrices).
 K_RANGES = ((0, 1 << 16), (1 << 18, 1 << 20), (1 << 22, None))
@@ -265,15 +266,14 @@ def nearby_winners(problem: Problem, range_idx: int, entries: dict) -> dict[Kern
     it won at. A tile's padding covers a few more columns: on an H100
     (2026-11-25) one real-view kernel won complex64 ab at each of 33..36 (93-94 %
     of roofline), where the model's ran 57-64 %."""
-    key_op = _dispatch.problem_key(problem).split(":")[0]
+    key_op = op_name(problem)
     found = []
     for key, key_entries in entries.items():
-        op, dtype, shape = key.split(":")
-        if op != key_op or dtype != problem.dtype or "x" not in shape:
+        if key.split(":")[0] != key_op:
             continue
-        m, n = map(int, shape.split("x"))
-        distance = max(abs(m - problem.m), abs(n - problem.n))
-        if not 0 < distance <= NEARBY_REACH:
+        other = key_problem(key)
+        distance = max(abs(other.m - problem.m), abs(other.n - problem.n))
+        if other.dtype != problem.dtype or not 0 < distance <= NEARBY_REACH:
             continue
         for entry in key_entries:
             target = _dispatch.real_view_problem(problem) if entry.get("real_view") else problem
@@ -281,7 +281,7 @@ def nearby_winners(problem: Problem, range_idx: int, entries: dict) -> dict[Kern
                 continue
             spec = _fitted(KernelSpec(target, Config(**entry["config"])))
             if spec is not None:
-                found.append((-entry["tsmm_pct"], distance, spec, shape))
+                found.append((-entry["tsmm_pct"], distance, spec, f"{other.m}x{other.n}"))
     winners = {}
     for *_, spec, shape in sorted(found, key=lambda item: item[:2]):
         winners.setdefault(spec, shape)

@@ -21,8 +21,9 @@ from jax_tsmm.codegen.model import (SHARED_BUDGET, carried_to_update, is_valid, 
 from jax_tsmm.codegen.emit import _vector_element, _vector_order, dmma_products, kernel_source
 from jax_tsmm.codegen.search import (LARGE_TILE_BLOCKS, ONE_BLOCK_STAGE_BYTES, _dmma_steps, _tensor_use, _usable,
                                      candidates, flat_candidates, launch_bound_registers, neighbours)
+from jax_tsmm.codegen.mtsm import MtsmProblem, mtsm_key, mtsm_key_problem
 from jax_tsmm.codegen.spec import (LATER_FIELDS, MAX_REGISTERS, MAX_SHARED_BYTES, WGMMA_FIXED_REGISTERS,
-                                   WGMMA_STEP_REGISTERS, wgmma_fragment_vector)
+                                   WGMMA_STEP_REGISTERS, key_problem, problem_key, wgmma_fragment_vector)
 
 DTYPES = ("float32", "float64", "complex64", "complex128")
 
@@ -108,6 +109,24 @@ def _sample_specs() -> list[KernelSpec]:
         (Problem("ab", "float32", 20, 33, update=True), Config(tile_m=2, tile_n=1, row_groups=4, rows_per_stage=64, c_source="global", mma=True, tf32x3=True, stage_out=True, ring_takes_chunks=True)),
     ]
     return specs + [KernelSpec(p, c) for p, c in variants]
+
+
+def test_database_keys_name_their_problems():
+    """A database key gives back the problem it was written for (conj, which keys leave
+    out, False), for the shipped databases' keys of every kind."""
+    for problem in (Problem("atb", "complex64", 13, 48), Problem("ab", "float64", 64, 1),
+                    Problem("ab", "complex128", 7, 3, update=True)):
+        assert key_problem(problem_key(problem)) == problem
+    for problem in (MtsmProblem(False, "float32", 16), MtsmProblem(True, "complex128", 1)):
+        assert mtsm_key_problem(mtsm_key(problem.transpose_a, problem.dtype, problem.n)) == problem
+    keys = set(_dispatch.database("sm_90", "NVIDIA H200"))  # the architecture's file and the H200's
+    assert {key.split(":")[0] for key in keys} == {"atb", "ab", "ab_update", "mtsm", "mtsm_t"}
+    for key in keys:
+        if key.startswith("mtsm"):
+            problem = mtsm_key_problem(key)
+            assert mtsm_key(problem.transpose_a, problem.dtype, problem.n) == key
+        else:
+            assert problem_key(key_problem(key)) == key
 
 
 def test_every_width_gets_a_valid_default():

@@ -18,7 +18,7 @@ from jax_tsmm import _cuda, _dispatch, _kernels, tune
 from jax_tsmm._primitives import ab_p, ab_update_p
 from jax_tsmm.codegen import Config, InvalidSpec, KernelSpec, Problem, carried_to_update, default_config, validate
 from jax_tsmm.codegen.model import occupancy_ok
-from jax_tsmm.codegen.spec import has_bulk_copies
+from jax_tsmm.codegen.spec import has_bulk_copies, key_problem
 from reference import ab_ref, assert_close, magnitude, poison, random_operand, to_wide, unit_roundoff
 
 REAL_OF = {"complex64": "float32", "complex128": "float64"}
@@ -199,11 +199,9 @@ def test_carried_kernels_keep_their_kind_and_fit_an_sm():
     configs = [(Problem("ab", dtype, m, m), default_config(Problem("ab", dtype, m, m), "sm_90"))
                for dtype in ("float64", "float32") for m in (3, 13, 24, 40, 57, 64, 100, 128)]
     for key, entries in _dispatch.database("sm_90").items():
-        op, dtype, shape = key.split(":")
-        if op == "ab" and entries[-1]["config"] is not None:
-            m, n = map(int, shape.split("x"))
-            problem = (_dispatch.real_view_problem(Problem("ab", dtype, m, n)) if entries[-1].get("real_view")
-                       else Problem("ab", dtype, m, n))
+        if key.startswith("ab:") and entries[-1]["config"] is not None:
+            plain = key_problem(key)
+            problem = _dispatch.real_view_problem(plain) if entries[-1].get("real_view") else plain
             configs.append((problem, Config(**entries[-1]["config"])))
     assert len(configs) > 100  # the shipped database's entries are among them
     carried_count = 0

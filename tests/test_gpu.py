@@ -29,7 +29,7 @@ from jax_tsmm.codegen import Config, KernelSpec, Problem, default_config
 from jax_tsmm.codegen.model import wgmma_config
 from jax_tsmm.codegen.prebuilt import PREBUILT_WIDTHS
 from jax_tsmm.codegen.search import candidates, flat_candidates
-from jax_tsmm.codegen.spec import MAX_SHARED_BYTES, has_wgmma
+from jax_tsmm.codegen.spec import MAX_SHARED_BYTES, has_wgmma, key_problem
 from jax import lax
 from kernel_families import selected_kernels
 from reference import ab_ref, assert_close, magnitude, poison, random_operand, reference, to_wide, unit_roundoff
@@ -920,11 +920,9 @@ def _tuned_cases() -> dict[str, list[tuple[Problem, KernelSpec]]]:
     cases = {}
     for path in sorted(_dispatch.TUNING_DIR.glob(f"{_cuda.arch()}.*json")):
         for key, entries in json.loads(path.read_text())["entries"].items():
-            op, dtype, shape = key.split(":")
-            if op.startswith("mtsm"):
+            if key.startswith("mtsm"):
                 continue
-            m, n = map(int, shape.split("x"))
-            problem = _dispatch.named_problem(op, dtype, m, n)
+            problem = key_problem(key)
             for e in entries:
                 if e["config"] is not None:
                     kernel = _dispatch.real_view_problem(problem) if e.get("real_view") else problem

@@ -512,9 +512,8 @@ def tuned_specs(arch: str) -> list[mtsm_codegen.MtsmSpec]:
     specs = []
     for path in sorted(_dispatch.TUNING_DIR.glob(f"{arch}.*json")):
         for key, entries in json.loads(path.read_text())["entries"].items():
-            op, dtype, n = key.split(":")
-            if op in ("mtsm", "mtsm_t"):
-                problem = mtsm_codegen.MtsmProblem(op == "mtsm_t", dtype, int(n.removeprefix("n")))
+            if key.startswith("mtsm"):
+                problem = mtsm_codegen.mtsm_key_problem(key)
                 specs += [mtsm_codegen.MtsmSpec(problem, mtsm_codegen.MtsmConfig(**e["config"]))
                           for e in entries if e["config"] is not None]
     return list(dict.fromkeys(specs))

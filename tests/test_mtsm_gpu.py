@@ -350,7 +350,7 @@ def fitted_specs(arch: str, device_kind: str) -> list[mtsm_codegen.MtsmSpec]:
     shipped databases of GPU model ``device_kind`` of ``arch``, at each size the tuner
     times."""
     with mock.patch.object(_dispatch, "_model_only", []):  # the shipped databases, out of model_kernels
-        tuned_widths = {int(key.rpartition(":n")[2]) for key in _dispatch.database(arch, device_kind)
+        tuned_widths = {mtsm_codegen.mtsm_key_problem(key).n for key in _dispatch.database(arch, device_kind)
                         if key.startswith("mtsm")}
         specs = [_mtsm.select(dtype, transpose_a, n, False, size, arch, device_kind)
                  for transpose_a in (False, True) for dtype in DTYPES
