@@ -216,7 +216,8 @@ def confirmed(timings: list, xla_s: float, ours, xla, sets: list[tuple], roof: f
               updates_last: bool = False) -> tuple[list, float, dict]:
     """With ``seconds``, the CONFIRM_FINALISTS fastest of ``timings`` and XLA's dot
     timed again in loops of ``seconds``, XLA's first: (the chosen finalist's long
-    timing, XLA's, the entry's fields that say so). The chosen is the short loops'
+    timing, XLA's, the entry's fields that say so, its short loops' % of roofline
+    among them: ``ranking_pct``). The chosen is the short loops'
     fastest finalist within CONFIRM_TIE of the fastest in the long loops. Short
     loops rank the candidates cheaply, but under an H200's power cap the clock falls
     over the first fraction of a second of a sustained run, and a kernel that led
@@ -235,7 +236,8 @@ def confirmed(timings: list, xla_s: float, ours, xla, sets: list[tuple], roof: f
         print(_timing_line(finalists[-1][0], roof, spec), flush=True)
     fastest = min(long_s for long_s, _ in finalists)
     chosen = next(t for t in finalists if t[0] <= fastest * (1 + CONFIRM_TIE))
-    return [chosen], xla_s, {"candidates": len(timings), "loop_seconds": seconds}
+    short_s = next(short_s for short_s, spec in timings if spec == chosen[1])
+    return [chosen], xla_s, {"candidates": len(timings), "loop_seconds": seconds, "short_pct": 100 * roof / short_s}
 
 
 def _timing_line(seconds: float, roof: float, spec) -> str:
@@ -258,8 +260,17 @@ def _entry(k_range: int, k_min: int, k: int, timings: list, xla_s: float, roof: 
     }
 
 
+def ranking_pct(entry: dict) -> float:
+    """An entry's % of roofline in the short loops, which rank every candidate: a
+    confirmed entry's tsmm_pct is its long loops' (``confirmed``), 5-12 points under
+    the short loops' for the DMMA kernels on an H200 (docs/performance.md, seventieth
+    round), so entries confirmed since also record the short loops' figure. Entries
+    confirmed before record only the long loops'."""
+    return entry.get("short_pct", entry.get("tsmm_pct") or 0.0)
+
+
 def nearby_winners(problem: Problem, range_idx: int, entries: dict) -> dict[KernelSpec, str]:
-    """The NEARBY_WINNERS fastest kernels (by their % of roofline, then the nearest)
+    """The NEARBY_WINNERS fastest kernels (by ``ranking_pct``, then the nearest)
     that won range ``range_idx`` at tuned widths of ``problem``'s op and dtype
     within NEARBY_REACH of its M and N, applied to ``problem`` (or its real view,
     where that is what won) and valid there (``_fitted``), as kernel -> the width
@@ -281,7 +292,7 @@ def nearby_winners(problem: Problem, range_idx: int, entries: dict) -> dict[Kern
                 continue
             spec = _fitted(KernelSpec(target, Config(**entry["config"])))
             if spec is not None:
-                found.append((-entry["tsmm_pct"], distance, spec, f"{other.m}x{other.n}"))
+                found.append((-ranking_pct(entry), distance, spec, f"{other.m}x{other.n}"))
     winners = {}
     for *_, spec, shape in sorted(found, key=lambda item: item[:2]):
         winners.setdefault(spec, shape)
@@ -620,9 +631,9 @@ def only_stale_model(named: str, compile_only: bool) -> str:
 
 
 def stale_pct(problem: Problem, ranges: set[int], entries: dict) -> float:
-    """The lowest % of roofline ``problem``'s entries of ``ranges`` recorded: --only-stale
-    re-tunes the weakest first, since a device call's limit may cut the rest."""
-    return min((entry.get("tsmm_pct") or 0.0 for entry in entries.get(_dispatch.problem_key(problem), [])
+    """The lowest % of roofline ``problem``'s entries of ``ranges`` recorded (``ranking_pct``):
+    --only-stale re-tunes the weakest first, since a device call's limit may cut the rest."""
+    return min((ranking_pct(entry) for entry in entries.get(_dispatch.problem_key(problem), [])
                 if range_index(entry) in ranges), default=0.0)
 
 

@@ -308,6 +308,10 @@ def test_winners_at_nearby_widths_compete(monkeypatch):
     }
     assert tune.nearby_winners(problem, 0, entries) == {KernelSpec(problem, fastest): "9x9",
                                                         KernelSpec(problem, nearest): "6x6"}
+    # A confirmed entry ranks by its short loops' figure, as the others' were timed
+    confirmed = {**entries, "atb:float64:7x7": [won(0, third, 88.0, short_pct=96.0, loop_seconds=0.3)]}
+    assert tune.nearby_winners(problem, 0, confirmed) == {KernelSpec(problem, third): "7x7",
+                                                          KernelSpec(problem, fastest): "9x9"}
     assert tune.nearby_winners(problem, 1, entries) == {KernelSpec(problem, third): "6x6"}
     real_config = default_config(real_view)
     assert tune.nearby_winners(Problem("atb", "complex128", 5, 5), 0, {
@@ -430,6 +434,8 @@ def test_confirm_seconds_chooses_among_the_fastest_timed_again_in_long_loops(mon
     assert timed == [(None, None), (None, 0.3), (specs[0], 0.3), (specs[1], 0.3), (specs[2], 0.3)]
     assert entry["config"] == dataclasses.asdict(configs[1])
     assert (entry["tsmm_s"], entry["xla_s"], entry["candidates"], entry["loop_seconds"]) == (0.95, 1.0, 4, 0.3)
+    assert entry["short_pct"] == pytest.approx(entry["tsmm_pct"] * 0.95 / 0.92)  # its 0.92 in the short loops
+    assert tune.ranking_pct(entry) == entry["short_pct"]
     long[specs[0]] = 0.95 * (1 + tune.CONFIRM_TIE)  # a tie in the long loops: the short loops' fastest
     [entry] = tune.tune_mtsm_problem(problem, CEILINGS, limit=1, arch="sm_90", confirm_seconds=0.3)
     assert entry["config"] == dataclasses.asdict(configs[0]) and entry["tsmm_s"] == long[specs[0]]
