@@ -548,7 +548,8 @@ def _work_split(spec: KernelSpec, arith: _Arith, b_name: str) -> list[str]:
         "const long long item = blockIdx.x / args.grid_k;",
         "const long long first_chunk = blockIdx.x % args.grid_k;",
         f"const {e}* __restrict__ a = static_cast<const {e}*>(args.a) + tsmm_batch_offset(args, item, args.a_batch_stride);",
-        f"const {e}* __restrict__ {b_name} = static_cast<const {e}*>(args.b) + tsmm_batch_offset(args, item, args.b_batch_stride);",
+        *([] if spec.problem.gram else [  # a Gram matrix's one operand is a
+            f"const {e}* __restrict__ {b_name} = static_cast<const {e}*>(args.b) + tsmm_batch_offset(args, item, args.b_batch_stride);"]),
         f"const long long num_chunks = (args.k + {spec.rows_per_chunk} - 1) / {spec.rows_per_chunk};",
     ]
     if not spec.chunk_slots:  # a fixed order (KernelSpec.chunk_slots)
@@ -586,7 +587,7 @@ def _block_prologue(spec: KernelSpec, arith: _Arith, b_name: str) -> list[str]:
         "// misalignment per operand, taken from the batch item's base, serves all stages.",
         *([] if spec.is_padded(p.m) and not spec.bulk else ["const int a_shift = tsmm_misalignment(a);"]),
         *(["const int b_shift = tsmm_misalignment(b);"]
-          if p.op == "atb" and (spec.bulk or not spec.is_padded(p.n)) else []),
+          if p.op == "atb" and not p.gram and (spec.bulk or not spec.is_padded(p.n)) else []),
     ]
 
 
@@ -680,7 +681,7 @@ def _bulk_pipeline(spec: KernelSpec, consume: list[str], finish: list[str] = (),
     last chunk."""
     p, s = spec.problem, spec.config.stages
     consumer_warps = spec.consumer_threads // 32
-    operands = [("a", p.m), ("b", p.n)] if p.op == "atb" else [("a", p.m)]
+    operands = [("a", p.m), ("b", p.n)] if p.op == "atb" and not p.gram else [("a", p.m)]
     taken = spec.chunk_slots > 0
 
     def stage(operand: str, width: int, lane: int) -> list[str]:
@@ -813,7 +814,8 @@ def _atb_slots(spec: KernelSpec, e: str) -> list[str]:
     a_elems, _ = spec.stage_elements()
     return [
         f"auto slot_a = [&](int slot) {{ return reinterpret_cast<{e}*>(tsmm_smem + slot * {spec.stage_bytes}); }};",
-        f"auto slot_b = [&](int slot) {{ return reinterpret_cast<{e}*>(tsmm_smem + slot * {spec.stage_bytes} + {a_elems * spec.problem.element_bytes}); }};",
+        *([] if spec.problem.gram else [
+            f"auto slot_b = [&](int slot) {{ return reinterpret_cast<{e}*>(tsmm_smem + slot * {spec.stage_bytes} + {a_elems * spec.problem.element_bytes}); }};"]),
     ]
 
 
@@ -830,6 +832,12 @@ def _atb_consume(spec: KernelSpec, e: str, step_rows: int, flush_every: int = 0)
     else:
         copy_a, offset_a = _staging(spec, e, "a", p.m)
         copy_b, offset_b = _staging(spec, e, "b", p.n)
+    staged_b = [f"const {e}* sb = slot_b(slot) + {offset_b};"]
+    if p.gram:
+        copy_b, staged_b = "", [
+            "// A Gram matrix: its one operand's rows, staged once, serve as both A and B (half",
+            "// the traffic of two operands, and half the shared memory of a stage).",
+            f"const {e}* sb = sa;"]
     full_steps = spec.rows_per_chunk // (rg * step_rows)
     full_step = f"row_step(sa, sb, (row_group + i * {rg}) * {step_rows}, {spec.rows_per_chunk}, false);"
     if flush_every:
@@ -852,7 +860,7 @@ def _atb_consume(spec: KernelSpec, e: str, step_rows: int, flush_every: int = 0)
     consume = [
         "(void)row0;  // atb reduces over rows; their position does not matter",
         f"const {e}* sa = slot_a(slot) + {offset_a};",
-        f"const {e}* sb = slot_b(slot) + {offset_b};",
+        *staged_b,
         f"if (rows == {spec.rows_per_chunk}) {{",
         f"  // Full chunk: a compile-time trip count of {full_steps}.",
         f"#pragma unroll {c.unroll}",
@@ -861,7 +869,7 @@ def _atb_consume(spec: KernelSpec, e: str, step_rows: int, flush_every: int = 0)
         *partial_loop,
         "}",
     ]
-    return [copy_a, copy_b], consume
+    return [copy for copy in (copy_a, copy_b) if copy], consume
 
 
 def _atb_fma_body(spec: KernelSpec, ar: _Arith) -> tuple[list[str], list[tuple[str, str, str, str | None]]]:

@@ -307,6 +307,8 @@ def default_config(problem: Problem, arch: str = "") -> Config:
 
 
 def _model_config(problem: Problem, arch: str) -> Config:
+    if problem.gram:  # the kernel of two operands, staging one: it fits in less shared memory
+        return default_config(dataclasses.replace(problem, gram=False), arch)
     if problem.update:
         return carried_to_update(problem, default_config(dataclasses.replace(problem, update=False), arch))
     if takes_wgmma(problem, arch):

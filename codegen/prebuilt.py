@@ -17,6 +17,7 @@ there over the model's; without it the sm_90a files hold no kernel.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import pathlib
 
@@ -56,7 +57,9 @@ def prebuilt_specs(databases: tuple[dict, ...] = ()) -> list[KernelSpec]:
     another). On an H100 or H200 the shipped databases choose other kernels than
     the model's for many of these problems (28 kernels besides wgmma's in those of
     2026-11-29, 5 wgmma kernels in those of 2026-11-30), which would otherwise
-    compile at first use, or without nvcc leave those calls to XLA's dot."""
+    compile at first use, or without nvcc leave those calls to XLA's dot.
+    Each square atb kernel comes with its Gram matrix's twin (``Problem.gram``),
+    which dispatch picks where one value is passed as both operands."""
     problems = prebuilt_problems()
     specs = [KernelSpec(p, default_config(p)) for p in problems]
     for problem in problems:
@@ -64,6 +67,8 @@ def prebuilt_specs(databases: tuple[dict, ...] = ()) -> list[KernelSpec]:
             for entry in entries.get(problem_key(problem), []):
                 if entry["config"] is not None and not entry.get("real_view", False):
                     specs.append(KernelSpec(problem, Config(**entry["config"])))
+    specs += [KernelSpec(dataclasses.replace(s.problem, gram=True), s.config) for s in specs
+              if s.problem.op == "atb" and s.problem.m == s.problem.n]
     return _one_per_name(specs)
 
 

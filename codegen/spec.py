@@ -102,6 +102,10 @@ class Problem(ElementType):
     # ab only: out = beta * y + alpha * op(A) C in the same pass (BLAS's update;
     # alpha and beta are launch arguments, y may be out itself)
     update: bool = False
+    # atb only, M = N: A and B are one operand, the Gram matrix op(A)ᵀ A (Cholesky-QR,
+    # Gram-Schmidt, Rayleigh-Ritz): its rows are staged once and read as both, half the
+    # traffic of two operands
+    gram: bool = False
 
 
 def op_name(problem: Problem) -> str:
@@ -563,7 +567,9 @@ class KernelSpec:
                 return _round_up(c.rows_per_stage * self.smem_stride(width), vec)
             return _round_up(c.rows_per_stage * width, vec) + vec + overread
 
-        return area(p.m), area(p.n) if p.op == "atb" else y_area if self.stages_y else 0
+        if p.op == "atb":
+            return area(p.m), 0 if p.gram else area(p.n)
+        return area(p.m), y_area if self.stages_y else 0
 
     @property
     def stage_bytes(self) -> int:
@@ -707,7 +713,7 @@ class KernelSpec:
         """Kernel symbol: readable prefix + hash of everything that shapes the source."""
         p = self.problem
         digest = hashlib.sha1(repr((p, sorted(self.source_fields.items()))).encode()).hexdigest()[:10]
-        op = p.op + ("c" if p.conj else "") + ("_update" if p.update else "")
+        op = p.op + ("c" if p.conj else "") + ("_update" if p.update else "") + ("_gram" if p.gram else "")
         return f"tsmm_{op}_{p.dtype}_m{p.m}_n{p.n}_{digest}"
 
 
@@ -841,6 +847,8 @@ def validate(spec: KernelSpec) -> None:
         errors.append("conj applies to complex dtypes only")
     if p.update and p.op != "ab":
         errors.append("update applies to ab only")
+    if p.gram and not (p.op == "atb" and p.m == p.n):
+        errors.append("gram applies to atb with M = N only")
     if c.stage_out and p.op != "ab":
         errors.append("stage_out applies to ab only")
     if c.mapping not in ("interleaved", "blocked", "flat"):

@@ -171,12 +171,14 @@ def _lowering(op: str, xla_impl, *, update: bool = False):
         k, m = x_aval.shape[-2:]
         n = y_aval.shape[-1]
         batch_dims = len(out_aval.shape) - 2
+        # One value passed as both of atb's operands: a Gram matrix, whose kernel stages it once.
+        gram = op == "atb" and operands[0] == operands[1]
         spec = None
         if math.prod(out_aval.shape) > 0:
             # A complex beta is no scale of y's real view: the update then runs natively.
             real_view = complex(scales.get("beta", 0)).imag == 0
             spec = _dispatch.select(op, x_aval.dtype, m, n, k, batch_dims, conj, arch(), device_kind(),
-                                    update=update, real_view=real_view)
+                                    update=update, real_view=real_view, gram=gram)
         if spec is None or not register_targets() or not _kernels.runnable(spec):
             return mlir.lower_fun(xla_impl, multiple_results=False)(ctx, *operands, conj=conj, **scales)
         call = functools.partial(_kernel_call, spec=spec, out_aval=out_aval)

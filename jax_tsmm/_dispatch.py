@@ -174,7 +174,7 @@ def tuned(key: str, k: int, arch: str, device: str = "") -> dict | None:
         if entry["k_min"] <= k:
             chosen = entry
     op, dtype, _ = key.split(":")
-    small_k = SMALL_K_COMPLEX if dtype.startswith("complex") else SMALL_K
+    small_k = small_k_of(dtype)
     if op in ("atb", "ab") and k < small_k and (
             chosen is None or chosen["k_min"] > k
             or chosen.get("k_tuned", chosen["k_min"]) >= NEAREST_KERNEL_REACH * k):
@@ -193,6 +193,12 @@ def tuned(key: str, k: int, arch: str, device: str = "") -> dict | None:
             return {"k_min": chosen["k_min"], "k_tuned": chosen["xla_faster_at"], "config": None,
                     "rule": f"XLA's Aᵀ B measured faster at K = {chosen['xla_faster_at']}, a factor of K"}
     return chosen
+
+
+def small_k_of(dtype: str) -> int:
+    """The K under which XLA's dot serves atb and ab of ``dtype`` where nothing was
+    tuned that small (``tuned``)."""
+    return SMALL_K_COMPLEX if dtype.startswith("complex") else SMALL_K
 
 
 def describe_entry(entry: dict, size: str = "K") -> str:
@@ -244,6 +250,20 @@ def _entry(problem: Problem, k: int, arch: str, device: str, real_view: bool = T
             "rule": f"plain ab's kernel entry, carried to the update: {describe_entry(plain)}"}
 
 
+def _gram_entry(problem: Problem, k: int, arch: str, device: str) -> dict | None:
+    """The entry of a Gram matrix (``problem.gram``) whose key's entry chose XLA's
+    dot: that verdict timed XLA's dot of two operands against a kernel reading both,
+    where the Gram matrix's kernel reads one. The key's kernel entry timed nearest K
+    serves, else (None) the model's kernel. On an H200 (2026-11-30,
+    scripts/gram_timing.py) XLA's complex128 Aᴴ A at 32 took 1.26 ms, 2.5 times
+    its Aᵀ B of two operands (0.50 ms), which had won that key by 8 %."""
+    nearest = _nearest_kernel_entry(database(arch, device).get(problem_key(problem), []), k)
+    if nearest is None:
+        return None
+    return {**nearest, "rule": "a Gram matrix, which XLA's dot of two operands does not time; the kernel entry "
+                               f"timed nearest K: {describe_entry(nearest)}"}
+
+
 def _nearest_kernel_entry(entries: list[dict], k: int) -> dict | None:
     """Of a key's entries that chose a kernel, the one timed at the K nearest ``k``
     (by ratio) within a factor of NEAREST_KERNEL_REACH, or None. Its kernel beat
@@ -281,7 +301,7 @@ def real_view_problem(problem: Problem) -> Problem | None:
     real_dtype = REAL_COMPONENT.get(problem.dtype)
     if real_dtype is None or 2 * max(problem.m, problem.n) > MAX_WIDTH:
         return None
-    return Problem(problem.op, real_dtype, 2 * problem.m, 2 * problem.n, update=problem.update)
+    return Problem(problem.op, real_dtype, 2 * problem.m, 2 * problem.n, update=problem.update, gram=problem.gram)
 
 
 def is_real_view(spec: KernelSpec, dtype) -> bool:
@@ -323,7 +343,7 @@ def _prefers_real_view(entry: dict | None, problem: Problem, real: Problem, arch
 
 def select(op: str, dtype, m: int, n: int, k: int, batch_dims: int, conj: bool,
            arch: str = "sm_90", device: str = "", *, update: bool = False,
-           real_view: bool = True) -> KernelSpec | None:
+           real_view: bool = True, gram: bool = False) -> KernelSpec | None:
     """The kernel for this problem (``update``: ab's fused update), or None to use
     XLA's dot. For a complex problem it may be the kernel of the real view's
     problem (see the module docstring; ``is_real_view`` tells): where the real
@@ -332,8 +352,11 @@ def select(op: str, dtype, m: int, n: int, k: int, batch_dims: int, conj: bool,
     does not act on the real view as a scale). An ab of M != N without entries
     takes XLA's dot beside a square that chose it (``_beside_an_xla_square``)
     or nearest measured pairs of which one did (``_near_an_xla_pair``).
+    ``gram``: atb of one operand passed as both (``Problem.gram``), served by its
+    key's entries save those that chose XLA's dot (``_gram_entry``).
     A forced spec serves the call's problem or its real view's."""
-    return choose(op, dtype, m, n, k, batch_dims, conj, arch, device, update=update, real_view=real_view).spec
+    return choose(op, dtype, m, n, k, batch_dims, conj, arch, device, update=update, real_view=real_view,
+                  gram=gram).spec
 
 
 @dataclasses.dataclass(frozen=True)
@@ -344,7 +367,8 @@ class Choice:
 
 
 def choose(op: str, dtype, m: int, n: int, k: int, batch_dims: int, conj: bool,
-           arch: str = "sm_90", device: str = "", *, update: bool = False, real_view: bool = True) -> Choice:
+           arch: str = "sm_90", device: str = "", *, update: bool = False, real_view: bool = True,
+           gram: bool = False) -> Choice:
     """``select``'s choice, with the reason for it."""
     dtype = np.dtype(dtype).name
     if dtype not in KERNEL_DTYPES:
@@ -353,12 +377,14 @@ def choose(op: str, dtype, m: int, n: int, k: int, batch_dims: int, conj: bool,
         return Choice(None, f"{batch_dims} batch axes after merging; the kernels take up to {MAX_BATCH_DIMS}")
     if not (1 <= m <= MAX_WIDTH and 1 <= n <= MAX_WIDTH) or k == 0:
         return Choice(None, f"no kernels for widths outside 1..{MAX_WIDTH} or K = 0")
-    problem = Problem(op, dtype, m, n, conj=conj, update=update)
+    problem = Problem(op, dtype, m, n, conj=conj, update=update, gram=gram)
     real = real_view_problem(problem) if real_view else None
     spec = forced_spec(problem, real)
     if spec is not None:
         return Choice(spec, "forced (_dispatch.forced)")
     entry = _entry(problem, k, arch, device, real_view)
+    if gram and entry is not None and entry["config"] is None and k >= small_k_of(dtype):
+        entry = _gram_entry(problem, k, arch, device)
     if entry is not None and entry["config"] is None:
         return Choice(None, f"the database: {describe_entry(entry)}")
     if entry is None:

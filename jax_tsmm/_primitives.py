@@ -330,7 +330,7 @@ def _lower_per_shard(prim, abstract_eval, xla_impl, rule: _sharding.Rule):
     lowerings (XLA's dot here; ``_cuda`` adds the kernels for "cuda")."""
     local = Primitive(prim.name + "_local")
     local.def_abstract_eval(abstract_eval)
-    mlir.register_lowering(local, mlir.lower_fun(xla_impl, multiple_results=False))
+    mlir.register_lowering(local, mlir.lower_fun(xla_impl, multiple_results=False), **_sharding.UNCACHED)
     _sharding.register(prim, local, rule)
     return local
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import inspect
 import math
 
 import jax
@@ -38,6 +39,13 @@ from jax.experimental.custom_partitioning import (
 )
 from jax.interpreters import mlir
 from jax.sharding import NamedSharding, PartitionSpec
+
+
+# Each call lowered in place, not as a function cached by its operands' types, which
+# would lower atb(v, v) as atb(v, w): in place, a value passed twice reaches the local
+# lowering as one (a Gram matrix, which ``_cuda`` runs by a kernel that stages it
+# once). Where register_lowering lacks the flag, such calls run as two operands.
+UNCACHED = {"cacheable": False} if "cacheable" in inspect.signature(mlir.register_lowering).parameters else {}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -148,6 +156,25 @@ def _partially_manual(ctx) -> bool:
     return bool(manual) and set(manual) != set(context.mesh.axis_names)
 
 
+def _one_program(ctx) -> bool:
+    """Whether every device runs the program as lowered: one device, or a shard_map
+    manual over every mesh axis."""
+    context = ctx.module_context.axis_context
+    if getattr(context, "num_devices", None) == 1:
+        return True
+    manual = getattr(context, "manual_axes", frozenset())
+    return bool(manual) and set(manual) == set(context.mesh.axis_names)
+
+
+def _distinct_operands(local_prim, params: dict, args: tuple):
+    """(the distinct values among ``args``, ``local_prim`` bound on ``args`` as a
+    function of them): its lowering then sees a value passed twice as one (atb's
+    Gram matrix, ``_cuda``)."""
+    distinct = list(dict.fromkeys(args))
+    order = [distinct.index(arg) for arg in args]
+    return distinct, lambda *values: local_prim.bind(*(values[i] for i in order), **params)
+
+
 def partitioned_lowering(local_prim, rule: Rule):
     """The lowering rule of a primitive whose per-shard computation is ``local_prim``."""
 
@@ -207,6 +234,12 @@ def partitioned_lowering(local_prim, rule: Rule):
             avals_in=[_unsharded(a) for a in ctx.avals_in],
             avals_out=[_unsharded(a) for a in ctx.avals_out],
         )
+        if _one_program(ctx):
+            # What custom_partitioning would inline: the local computation, each
+            # operand passed once.
+            distinct, fn = _distinct_operands(local_prim, params, args)
+            avals = [ctx.avals_in[args.index(value)] for value in distinct]
+            return mlir.lower_fun(fn, multiple_results=False)(ctx.replace(avals_in=avals), *distinct)
         if not getattr(jax.config, "jax_use_shardy_partitioner", True) and _partially_manual(ctx):
             # GSPMD cannot hand such shardings to custom_partitioning's
             # callbacks (it aborts): lower the local computation as is.
@@ -220,7 +253,7 @@ def partitioned_lowering(local_prim, rule: Rule):
 
 def register(prim, local_prim, rule: Rule) -> None:
     """Lower ``prim`` on every platform through ``local_prim`` on each shard."""
-    mlir.register_lowering(prim, partitioned_lowering(local_prim, rule))
+    mlir.register_lowering(prim, partitioned_lowering(local_prim, rule), **UNCACHED)
     # custom_partitioning needs the device assignment while lowering.
     dispatch.prim_requires_devices_during_lowering.add(prim)
     dispatch.prim_requires_devices_during_lowering.add(local_prim)

@@ -107,6 +107,12 @@ def _sample_specs() -> list[KernelSpec]:
         (Problem("ab", "float64", 5, 11), Config(tile_m=2, tile_n=4, mapping="blocked", row_groups=16, rows_per_stage=64, stages=2, ring_takes_chunks=True)),
         (Problem("ab", "float64", 43, 43), Config(tile_m=2, tile_n=2, mapping="blocked", row_groups=2, rows_per_stage=64, c_source="global", mma=True, stage_out=True, ring_takes_chunks=True)),
         (Problem("ab", "float32", 20, 33, update=True), Config(tile_m=2, tile_n=1, row_groups=4, rows_per_stage=64, c_source="global", mma=True, tf32x3=True, stage_out=True, ring_takes_chunks=True)),
+        # Gram matrices, one operand staged once: FMA with padded rows in panels, DMMA with bulk copies, 3xTF32
+        # with FMA edges, Gauss's Aᴴ A with complex edges and inline bulk copies
+        (Problem("atb", "float64", 6, 6, gram=True), Config(tile_m=2, tile_n=3, row_groups=16, rows_per_stage=32, padded=True, m_panels=2)),
+        (Problem("atb", "float64", 57, 57, gram=True), Config(tile_m=4, tile_n=4, mapping="blocked", row_groups=3, rows_per_stage=48, stages=4, mma=True, stage_copy="bulk", blocks_per_sm=1)),
+        (Problem("atb", "float32", 45, 45, gram=True), Config(tile_m=2, tile_n=5, mapping="blocked", row_groups=2, rows_per_stage=64, stages=3, mma=True, tf32x3=True, fma_edges=True)),
+        (Problem("atb", "complex128", 50, 50, conj=True, gram=True), Config(tile_m=3, tile_n=2, mapping="blocked", row_groups=1, rows_per_stage=32, stages=2, mma=True, gauss=True, fma_edges=True, stage_copy="bulk_inline", blocks_per_sm=1)),
     ]
     return specs + [KernelSpec(p, c) for p, c in variants]
 
@@ -152,6 +158,26 @@ def test_model_kernels_fit_their_launch_bounds():
                 for n in (m, 1, 13, 64):
                     spec = KernelSpec(Problem(op, dtype, m, n), default_config(Problem(op, dtype, m, n)))
                     assert spec.threads * spec.estimated_registers() * spec.config.blocks_per_sm <= 65536, spec
+
+
+@pytest.mark.parametrize("problem", [Problem("atb", "float64", 8, 7, gram=True), Problem("ab", "float64", 8, 8, gram=True)])
+def test_gram_matrices_are_square_atb(problem):
+    with pytest.raises(InvalidSpec, match="gram applies to atb with M = N"):
+        validate(KernelSpec(problem, default_config(dataclasses.replace(problem, gram=False))))
+
+
+def test_a_gram_matrix_stages_one_operand():
+    """The Gram matrix's kernel is its problem's kernel of two operands (the model's
+    configuration) with a stage of A alone: a name of its own, half the stage."""
+    for dtype, m in (("float64", 8), ("float32", 45), ("complex128", 50)):
+        pair = Problem("atb", dtype, m, m)
+        gram = dataclasses.replace(pair, gram=True)
+        assert default_config(gram, "sm_90") == default_config(pair, "sm_90")
+        two, one = (KernelSpec(p, default_config(pair, "sm_90")) for p in (pair, gram))
+        assert one.stage_elements() == (two.stage_elements()[0], 0) and two.stage_elements()[1] > 0
+        assert one.name.startswith("tsmm_atb_gram_") and one.name != two.name
+        source = module_source([one])
+        assert "slot_b" not in source and not re.search(r"args\.b\b", source) and "* sb = sa;" in source
 
 
 @pytest.mark.parametrize(
@@ -1277,17 +1303,20 @@ def test_extension_holds_the_kernels_the_shipped_databases_choose_for_prebuilt_p
     """Built for sm_90 (the default), the extension holds, for each prebuilt problem,
     the kernel dispatch picks on an H100 or H200 at every K range, wgmma's (sm_90a)
     among them: those calls compile nothing at first use, and run without nvcc.
-    Real views of complex problems are left out."""
-    held, kernels, wgmma = _kernels.prebuilt_names(), 0, 0
+    Real views of complex problems are left out. The Gram matrices' kernels of the
+    square atb problems are held too."""
+    held, kernels, wgmma, grams = _kernels.prebuilt_names(), 0, 0, 0
     for device, problem, k in itertools.product(("NVIDIA H100 80GB HBM3", "NVIDIA H200"), prebuilt_problems(),
                                                 (1 << 18, 1 << 22, 1 << 27)):
-        spec = _dispatch.select(problem.op, problem.dtype, problem.m, problem.n, k, 0, problem.conj, "sm_90",
-                                device, update=problem.update)
-        if spec is not None and spec.problem == problem:
-            assert spec.name in held, (device, k, spec.name)
-            kernels += spec.name not in {s.name for s in prebuilt_specs()}
-            wgmma += spec.config.wgmma
-    assert kernels > 0 and wgmma > 0  # some of them are not the model's, some wgmma's
+        for gram in (False, True) if problem.op == "atb" and problem.m == problem.n else (False,):
+            spec = _dispatch.select(problem.op, problem.dtype, problem.m, problem.n, k, 0, problem.conj, "sm_90",
+                                    device, update=problem.update, gram=gram)
+            if spec is not None and spec.problem == dataclasses.replace(problem, gram=gram):
+                assert spec.name in held, (device, k, spec.name)
+                kernels += spec.name not in {s.name for s in prebuilt_specs()}
+                wgmma += spec.config.wgmma
+                grams += gram
+    assert kernels > 0 and wgmma > 0 and grams > 0  # some of them are not the model's, some wgmma's
 
 
 @pytest.mark.skipif(_kernels.extension() is None, reason="package built without CUDA")

@@ -449,3 +449,46 @@ def test_atb_uses_xla_only_at_k_with_the_timed_power_of_two_factor(monkeypatch):
     assert "tsmm_atb" in cuda_hlo(jax_tsmm.atb, x, y)
     assert "tsmm_ab" not in cuda_hlo(jax_tsmm.ab, x, c)
 
+
+
+def test_one_value_as_both_operands_lowers_to_the_gram_kernel():
+    """atb(v, v), one value passed as both operands (a Gram matrix), lowers to the
+    kernel that stages it once (``Problem.gram``): under vmap, and as a complex
+    problem's real view. Two values, though of one shape, lower to the kernel of two."""
+    def kernel(fn, *args):
+        names = re.findall(r'kernel = "(tsmm_atb\w*)"', cuda_hlo(fn, *args))
+        assert len(names) == 1
+        return names[0]
+
+    v, w = jnp.ones((1 << 18, 8)), jnp.ones((1 << 18, 8))
+    gram = kernel(lambda x: jax_tsmm.atb(x, x), v)
+    assert gram.startswith("tsmm_atb_gram_float64_m8_n8_")
+    assert gram == kernel(jax.vmap(lambda x: jax_tsmm.atb(x, x)), jnp.ones((3, 1 << 18, 8)))
+    assert not kernel(jax_tsmm.atb, v, w).startswith("tsmm_atb_gram")
+    assert not kernel(lambda x: jax_tsmm.atb(x, x + 0), v).startswith("tsmm_atb_gram")
+    complex_gram = kernel(lambda x: jax_tsmm.atb(x, x, conj=True), jnp.ones((1 << 18, 16), jnp.complex128))
+    assert complex_gram.startswith("tsmm_atb_gram_float64_m32_n32_")  # the model's real view
+
+
+def test_a_gram_matrix_sets_aside_an_xla_entry_of_two_operands(monkeypatch):
+    """An atb entry that chose XLA's dot timed it on two operands: for a Gram matrix
+    the key's kernel entry timed nearest K serves, else the model's kernel; below
+    SMALL_K the small-K rule stands."""
+    from jax_tsmm import _dispatch
+    from jax_tsmm.codegen import Problem
+    from jax_tsmm.codegen.search import candidates
+
+    problem = Problem("atb", "float64", 6, 6)
+    timed = dataclasses.asdict(candidates(problem, 1, "sm_90")[0])
+    entries = [{"k_min": 0, "k_tuned": 1 << 19, "config": timed},
+               {"k_min": 1 << 20, "k_tuned": 1 << 20, "config": None}]
+    monkeypatch.setattr(_dispatch, "database", lambda *_: {"atb:float64:6x6": entries})
+
+    def chosen(k, gram):
+        spec = _dispatch.select("atb", "float64", 6, 6, k, 0, False, gram=gram)
+        return spec and (spec.problem.gram, dataclasses.asdict(spec.config))
+
+    assert chosen(1 << 20, gram=False) is None
+    assert chosen(1 << 20, gram=True) == (True, timed)
+    assert chosen(1 << 24, gram=True) == (True, dataclasses.asdict(default_config(problem)))  # 2^19 too far
+    assert chosen(1 << 10, gram=True) is None

@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import json
+import re
 import sys
 from contextlib import nullcontext
 
@@ -936,6 +937,80 @@ TUNED_CASES = _tuned_cases()
 # The families of tests whose kernels are compiled before their first case runs (and,
 # by scripts/precompile_tests.py, ahead on any machine): per test, the parameters that
 # pick a case's kernels, and those kernels.
+def run_gram(a, conj=False):
+    """atb(a, a, conj) under jit with one value as both operands (a Gram matrix), on poisoned memory."""
+    poison(a.shape[-1] ** 2 * 16 * max(1, int(np.prod(a.shape[:-2], dtype=np.int64))))
+    return jax.jit(lambda x: jax_tsmm.atb(x, x, conj=conj))(a)
+
+
+def gram_kernel(a, conj=False) -> str:
+    """The kernel jit(atb(a, a, conj)) lowers to ("" for XLA's dot)."""
+    hlo = jax.jit(lambda x: jax_tsmm.atb(x, x, conj=conj)).lower(a).as_text()
+    names = re.findall(r'kernel = "(tsmm_atb\w*)"', hlo)
+    return names[0] if names else ""
+
+
+GRAM_CASES = [  # one per family of staging and arithmetic; None: the model's configuration
+    ("float64", 5, False, None),
+    ("complex64", 9, True, Config(tile_m=4, tile_n=3, row_groups=16, rows_per_stage=32, stages=4, unroll=2)),
+    ("float64", 6, False, Config(tile_m=2, tile_n=3, row_groups=16, rows_per_stage=32, padded=True, m_panels=2)),
+    ("float64", 57, False, Config(tile_m=4, tile_n=4, mapping="blocked", row_groups=3, rows_per_stage=48, stages=4,
+                                  mma=True, stage_copy="bulk", blocks_per_sm=1)),
+    ("float32", 45, False, Config(tile_m=2, tile_n=5, mapping="blocked", row_groups=2, rows_per_stage=64, stages=3,
+                                  mma=True, tf32x3=True, fma_edges=True)),
+    ("complex128", 50, True, Config(tile_m=3, tile_n=2, mapping="blocked", row_groups=1, rows_per_stage=32, stages=2,
+                                    mma=True, gauss=True, fma_edges=True, stage_copy="bulk_inline", blocks_per_sm=1)),
+    ("float32", 64, False, None),
+]
+
+
+GRAM_PARAMETERS = ("dtype", "m", "conj", "config")
+
+
+def gram_spec(dtype, m, conj, config) -> KernelSpec:
+    problem = Problem("atb", dtype, m, m, conj=conj, gram=True)
+    return KernelSpec(problem, config or default_config(problem, "sm_90"))
+
+
+@pytest.fixture(scope="module")
+def gram_kernels_compiled(request):
+    precompile_selected(request, "test_gram_kernels")
+
+
+@pytest.mark.parametrize("k", [37, 100_003])
+@pytest.mark.parametrize(", ".join(GRAM_PARAMETERS), GRAM_CASES)
+def test_gram_kernels(dtype, m, conj, config, k, gram_kernels_compiled):
+    """A Gram matrix's kernel (one operand staged once, read as both) forced on
+    atb(a, a): it runs, within the error bound, the same bits on a second run."""
+    spec = gram_spec(dtype, m, conj, config)
+    a = random_operand(np.random.default_rng(), (k, m), dtype)
+    with _dispatch.forced(spec):
+        assert gram_kernel(a, conj) == spec.name
+        out, again = run_gram(a, conj), run_gram(a, conj)
+    assert_close(out, a, a, op="atb", conj=conj, err_msg=spec.name)
+    assert np.array_equal(np.asarray(out), np.asarray(again))
+
+
+@pytest.mark.parametrize("dtype, m, batch", [("float64", 8, ()), ("float32", 48, ()), ("complex128", 16, (3,)),
+                                             ("complex64", 7, (2,)), ("complex128", 32, ())])
+def test_gram_matrices_as_dispatched(dtype, m, batch, tuned_dispatch):
+    """atb(v, v, conj=True) as Cholesky-QR calls it, under vmap where batched: the
+    Gram kernel dispatch picks with the shipped database, right."""
+    rng = np.random.default_rng()
+    k = 300_007
+    conj = dtype.startswith("complex")
+    a = random_operand(rng, batch + (k, m), dtype)
+    spec = _dispatch.select("atb", dtype, m, m, k, 0, conj, _cuda.arch(), _cuda.device_kind(), gram=True)
+    assert spec is not None and spec.problem.gram
+    call = (lambda x: jax_tsmm.atb(x, x, conj=conj))
+    for _ in batch:
+        call = jax.vmap(call)
+    hlo = jax.jit(call).lower(a).as_text()
+    assert f'kernel = "{spec.name}"' in hlo
+    poison(m * m * 16 * max(1, int(np.prod(batch))))
+    assert_close(jax.jit(call)(a), a, a, op="atb", conj=conj)
+
+
 KERNEL_FAMILIES = {
     "test_fma_edges_path": (EDGE_PARAMETERS, lambda *case: [edge_spec(*case)]),
     "test_dmma_lone_transposed_path": (LONE_PARAMETERS, lambda *case: [lone_spec(*case)]),
@@ -945,6 +1020,7 @@ KERNEL_FAMILIES = {
     "test_wgmma_path": (WGMMA_PARAMETERS, lambda *case: [wgmma_spec(*case)]),
     "test_fused_update_fast_paths": (FAST_UPDATE_PARAMETERS, lambda *case: [fast_update_spec(*case)]),
     "test_tuned_kernels": (("key",), lambda key: [spec for _, spec in TUNED_CASES[key]]),
+    "test_gram_kernels": (GRAM_PARAMETERS, lambda *case: [gram_spec(*case)]),
 }
 
 

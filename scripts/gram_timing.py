@@ -1,0 +1,84 @@
+"""Gram matrices Aᴴ A: one tall operand passed as both of atb's, against two.
+
+    python3 scripts/gram_timing.py float64:8 float64:32 complex128:16 [--json out.json]
+
+Cholesky-QR, block Gram–Schmidt and LOBPCG call ``atb(v, v, conj=True)``, whose
+least traffic is one read of V, half of what ``atb(a, b)`` of the same width
+moves; jax_tsmm runs it by a kernel that stages V once (``Problem.gram``). For
+each dtype:width this times, on the bench's rows (``bench.problem_rows``) and
+the bench's loops (``bench.seconds_per_call``), jax_tsmm and XLA's dot (HIGHEST)
+on the Gram matrix ``atb(a, a)`` and on two operands ``atb(a, b)``, conjugated
+for the complex dtypes (Aᴴ A, Aᴴ B; the bench times Aᵀ B). The Gram rows'
+percentages are of the read-once roofline (K M elements at the read ceiling, or
+the FLOP peak where that binds), the pairs' of the bench's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+import jax_tsmm
+from jax_tsmm import bench
+
+jax.config.update("jax_enable_x64", True)
+
+
+def gram_roofline_seconds(dtype, m: int, k: int, ceilings: dict) -> float:
+    complex_factor = 4 if jnp.issubdtype(dtype, jnp.complexfloating) else 1
+    flops = 2 * complex_factor * k * m * m
+    memory = (k * m + m * m) * np.dtype(dtype).itemsize / ceilings["read_bytes_per_s"]
+    return max(memory, flops / ceilings["peak_flops"][np.dtype(dtype).name])
+
+
+def calls(dtype):
+    """(jax_tsmm's, XLA's) op(A)ᵀ B, conjugated for a complex ``dtype``."""
+    conj = bool(jnp.issubdtype(dtype, jnp.complexfloating))
+    ours = lambda a, b: jax_tsmm.atb(a, b, conj=conj)
+    xla = lambda a, b: jnp.matmul((jnp.conj(a) if conj else a).T, b, precision=lax.Precision.HIGHEST)
+    return ours, xla
+
+
+def time_width(dtype, m: int, ceilings: dict) -> dict:
+    k = bench.problem_rows(m, m, dtype)
+    pair_sets = bench.operand_sets("atb", dtype, m, m, k, seed=m)
+    gram_sets = [(a,) for a, _ in pair_sets]
+    gram_best = gram_roofline_seconds(dtype, m, k, ceilings)
+    pair_best = bench.roofline_seconds("atb", dtype, m, m, k, ceilings)
+    row = {"dtype": np.dtype(dtype).name, "M": m, "K": k}
+    for library, call in zip(("tsmm", "xla"), calls(dtype)):
+        row[f"{library}_gram_s"] = bench.seconds_per_call(lambda a: call(a, a), gram_sets, gram_best)
+        row[f"{library}_pair_s"] = bench.seconds_per_call(call, pair_sets, pair_best)
+        row[f"{library}_gram_pct"] = 100 * gram_best / row[f"{library}_gram_s"]
+        row[f"{library}_pair_pct"] = 100 * pair_best / row[f"{library}_pair_s"]
+    return row
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("shapes", nargs="+", help="dtype:M")
+    parser.add_argument("--json", help="write the rows here")
+    args = parser.parse_args(argv)
+    ceilings = bench.measure_ceilings()
+    print(f"{jax.devices()[0].device_kind}: read {ceilings['read_bytes_per_s'] / 1e9:.0f} GB/s", flush=True)
+    rows = []
+    for shape in args.shapes:
+        dtype, m = shape.split(":")
+        row = time_width(np.dtype(dtype), int(m), ceilings)
+        rows.append(row)
+        print(f"{row['dtype']:>10} {row['M']:>3} K={row['K']:>10}  " + "   ".join(
+            f"{library} gram {row[f'{library}_gram_s'] * 1e3:7.3f} ms {row[f'{library}_gram_pct']:5.1f} %, "
+            f"pair {row[f'{library}_pair_s'] * 1e3:7.3f} ms {row[f'{library}_pair_pct']:5.1f} %"
+            for library in ("tsmm", "xla")) + f"   gram: x{row['xla_gram_s'] / row['tsmm_gram_s']:.2f} XLA", flush=True)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"device": jax.devices()[0].device_kind, "ceilings": ceilings, "rows": rows}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
