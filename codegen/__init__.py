@@ -2,7 +2,7 @@
 
 from .abi import header
 from .emit import kernel_source, module_source
-from .model import carried_to_update, default_config, runs_gauss
+from .model import carried_to_gram, carried_to_update, default_config, runs_gauss
 from .mtsm import MtsmConfig, MtsmProblem, MtsmSpec
 from .mtsm import module_source as mtsm_module_source
 from .spec import Config, InvalidSpec, KernelSpec, Problem, validate
@@ -15,6 +15,7 @@ __all__ = [
     "MtsmProblem",
     "MtsmSpec",
     "Problem",
+    "carried_to_gram",
     "carried_to_update",
     "default_config",
     "header",

@@ -307,8 +307,8 @@ def default_config(problem: Problem, arch: str = "") -> Config:
 
 
 def _model_config(problem: Problem, arch: str) -> Config:
-    if problem.gram:  # the kernel of two operands, staging one: it fits in less shared memory
-        return default_config(dataclasses.replace(problem, gram=False), arch)
+    if problem.gram:
+        return carried_to_gram(problem, default_config(dataclasses.replace(problem, gram=False), arch))
     if problem.update:
         return carried_to_update(problem, default_config(dataclasses.replace(problem, update=False), arch))
     if takes_wgmma(problem, arch):
@@ -384,6 +384,19 @@ def _fma_ab_config(problem: Problem, widest: int) -> Config:
     return _shrink_to_fit(problem, Config(
         tile_m=tile_m, tile_n=tile_n, row_groups=row_groups, rows_per_stage=rows, stages=STAGES,
         unroll=min(problem.m, 4), c_source=c_source, padded=True, stage_out=stage_out, blocks_per_sm=BLOCKS_PER_SM))
+
+
+def carried_to_gram(problem: Problem, config: Config) -> Config:
+    """atb's ``config`` of two operands for the Gram matrix ``problem`` of its shape
+    (one operand, staged once): twice the stages, each half the size, so that the
+    ring holds as many bytes in flight in as much shared memory; the same stages
+    where twice as many do not fit. On an H200 (2026-11-30, scripts/gram_timing.py)
+    the kernels of two operands with their own stages ran the Gram matrices of
+    float64 at 69-92 % of the read-once roofline, below XLA's dot at 32 (78.2
+    against 91.6 %), where the same kernel reading one buffer as both operands had
+    run 89.3 %: half the bytes in flight."""
+    doubled = dataclasses.replace(config, stages=2 * config.stages)
+    return doubled if is_valid(KernelSpec(problem, doubled)) else config
 
 
 def carried_to_update(problem: Problem, config: Config) -> Config:

@@ -24,7 +24,7 @@ import pathlib
 from . import mtsm
 from .abi import header
 from .emit import module_source
-from .model import default_config
+from .model import carried_to_gram, default_config
 from .spec import Config, KernelSpec, Problem, problem_key
 
 SHARDS = 8
@@ -58,8 +58,9 @@ def prebuilt_specs(databases: tuple[dict, ...] = ()) -> list[KernelSpec]:
     the model's for many of these problems (28 kernels besides wgmma's in those of
     2026-11-29, 5 wgmma kernels in those of 2026-11-30), which would otherwise
     compile at first use, or without nvcc leave those calls to XLA's dot.
-    Each square atb kernel comes with its Gram matrix's twin (``Problem.gram``),
-    which dispatch picks where one value is passed as both operands."""
+    Each square atb kernel comes with its Gram matrix's twin (``Problem.gram``,
+    ``carried_to_gram``), which dispatch picks where one value is passed as both
+    operands."""
     problems = prebuilt_problems()
     specs = [KernelSpec(p, default_config(p)) for p in problems]
     for problem in problems:
@@ -67,8 +68,9 @@ def prebuilt_specs(databases: tuple[dict, ...] = ()) -> list[KernelSpec]:
             for entry in entries.get(problem_key(problem), []):
                 if entry["config"] is not None and not entry.get("real_view", False):
                     specs.append(KernelSpec(problem, Config(**entry["config"])))
-    specs += [KernelSpec(dataclasses.replace(s.problem, gram=True), s.config) for s in specs
-              if s.problem.op == "atb" and s.problem.m == s.problem.n]
+    grams = [dataclasses.replace(s.problem, gram=True) for s in specs]
+    specs += [KernelSpec(gram, carried_to_gram(gram, s.config)) for s, gram in zip(specs, grams)
+              if gram.op == "atb" and gram.m == gram.n]
     return _one_per_name(specs)
 
 

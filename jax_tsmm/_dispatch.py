@@ -37,8 +37,8 @@ import re
 
 import numpy as np
 
-from jax_tsmm.codegen import (Config, InvalidSpec, KernelSpec, MtsmSpec, Problem, carried_to_update, default_config,
-                              runs_gauss)
+from jax_tsmm.codegen import (Config, InvalidSpec, KernelSpec, MtsmSpec, Problem, carried_to_gram, carried_to_update,
+                              default_config, runs_gauss)
 from jax_tsmm.codegen.abi import MAX_BATCH_DIMS
 from jax_tsmm.codegen.mtsm import mtsm_key
 from jax_tsmm.codegen.spec import key_problem, named_problem, op_name, problem_key
@@ -232,6 +232,10 @@ def _entry(problem: Problem, k: int, arch: str, device: str, real_view: bool = T
     where out is); where plain ab's entry chose XLA's dot, or has no kernel that
     takes the update, the database has no say (the update saves XLA's second pass)."""
     entry = tuned(problem_key(problem), k, arch, device)
+    if problem.op == "atb" and problem.conj:
+        entry = _conjugated_entry(problem, entry, k, arch, device)
+    if problem.gram:
+        return _gram_entry(problem, entry)
     if entry is not None or not problem.update:
         return entry
     real = real_view_problem(problem) if real_view else None
@@ -250,18 +254,33 @@ def _entry(problem: Problem, k: int, arch: str, device: str, real_view: bool = T
             "rule": f"plain ab's kernel entry, carried to the update: {describe_entry(plain)}"}
 
 
-def _gram_entry(problem: Problem, k: int, arch: str, device: str) -> dict | None:
-    """The entry of a Gram matrix (``problem.gram``) whose key's entry chose XLA's
-    dot: that verdict timed XLA's dot of two operands against a kernel reading both,
-    where the Gram matrix's kernel reads one. The key's kernel entry timed nearest K
-    serves, else (None) the model's kernel. On an H200 (2026-11-30,
-    scripts/gram_timing.py) XLA's complex128 Aᴴ A at 32 took 1.26 ms, 2.5 times
-    its Aᵀ B of two operands (0.50 ms), which had won that key by 8 %."""
+def _conjugated_entry(problem: Problem, entry: dict | None, k: int, arch: str, device: str) -> dict | None:
+    """The entry of a complex Aᴴ B (``problem.conj``), given its key's ``entry``: an
+    entry that chose XLA's dot timed XLA's Aᵀ B (the tuner's and the bench's op),
+    and XLA's Aᴴ B runs far slower, so there the key's kernel entry timed nearest
+    K serves, else the model's kernel (None); below SMALL_K the small-K rule
+    stands. On an H200 (2026-11-30, scripts/gram_timing.py) XLA's Aᴴ B of
+    complex128 4..48 ran at 21-38 % of the roofline, 1.25 ms at 32, where the
+    database's entry had timed its Aᵀ B at 0.49 ms and our kernel at 0.53."""
+    if entry is None or entry["config"] is not None or k < small_k_of(problem.dtype):
+        return entry
     nearest = _nearest_kernel_entry(database(arch, device).get(problem_key(problem), []), k)
-    if nearest is None:
-        return None
-    return {**nearest, "rule": "a Gram matrix, which XLA's dot of two operands does not time; the kernel entry "
-                               f"timed nearest K: {describe_entry(nearest)}"}
+    return nearest and {**nearest, "rule": "Aᴴ B, where the key's XLA entry timed Aᵀ B; the kernel entry timed "
+                                           f"nearest K: {describe_entry(nearest)}"}
+
+
+def _gram_entry(problem: Problem, entry: dict | None) -> dict | None:
+    """The entry of a Gram matrix (``problem.gram``), given its key's (atb's) ``entry``:
+    its kernel carried to the Gram matrix (``carried_to_gram``). An entry that chose
+    XLA's dot holds: XLA's Aᵀ A reads its operand once too (on an H200, 2026-11-30,
+    scripts/gram_timing.py, where such entries chose XLA: float64 1 and 32 in 0.24
+    and 0.27 ms, the kernels carried in 0.25 and 0.29; at 8 0.31 against 0.29)."""
+    if entry is None or entry["config"] is None:
+        return entry
+    kernel_problem = real_view_problem(problem) if entry.get("real_view", False) else problem
+    config = carried_to_gram(kernel_problem, Config(**entry["config"]))
+    return {**entry, "config": dataclasses.asdict(config),
+            "rule": f"atb's kernel entry, carried to the Gram matrix: {describe_entry(entry)}"}
 
 
 def _nearest_kernel_entry(entries: list[dict], k: int) -> dict | None:
@@ -353,7 +372,8 @@ def select(op: str, dtype, m: int, n: int, k: int, batch_dims: int, conj: bool,
     takes XLA's dot beside a square that chose it (``_beside_an_xla_square``)
     or nearest measured pairs of which one did (``_near_an_xla_pair``).
     ``gram``: atb of one operand passed as both (``Problem.gram``), served by its
-    key's entries save those that chose XLA's dot (``_gram_entry``).
+    key's entries, kernels carried to it (``_gram_entry``). Complex Aᴴ B sets aside
+    XLA entries, which timed Aᵀ B (``_conjugated_entry``).
     A forced spec serves the call's problem or its real view's."""
     return choose(op, dtype, m, n, k, batch_dims, conj, arch, device, update=update, real_view=real_view,
                   gram=gram).spec
@@ -383,8 +403,6 @@ def choose(op: str, dtype, m: int, n: int, k: int, batch_dims: int, conj: bool,
     if spec is not None:
         return Choice(spec, "forced (_dispatch.forced)")
     entry = _entry(problem, k, arch, device, real_view)
-    if gram and entry is not None and entry["config"] is None and k >= small_k_of(dtype):
-        entry = _gram_entry(problem, k, arch, device)
     if entry is not None and entry["config"] is None:
         return Choice(None, f"the database: {describe_entry(entry)}")
     if entry is None:

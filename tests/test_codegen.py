@@ -16,8 +16,8 @@ from jax_tsmm import _dispatch, _kernels, _mtsm
 from jax_tsmm.codegen import Config, InvalidSpec, KernelSpec, Problem, default_config, module_source, validate
 from jax_tsmm.codegen.prebuilt import (by_target, prebuilt_mtsm_problems, prebuilt_mtsm_specs, prebuilt_problems,
                                        prebuilt_specs)
-from jax_tsmm.codegen.model import (SHARED_BUDGET, carried_to_update, is_valid, occupancy_ok, registers_fit,
-                                   wgmma_config, wide_tf32x3_ab_config)
+from jax_tsmm.codegen.model import (SHARED_BUDGET, carried_to_gram, carried_to_update, is_valid, occupancy_ok,
+                                   registers_fit, wgmma_config, wide_tf32x3_ab_config)
 from jax_tsmm.codegen.emit import _vector_element, _vector_order, dmma_products, kernel_source
 from jax_tsmm.codegen.search import (LARGE_TILE_BLOCKS, ONE_BLOCK_STAGE_BYTES, _dmma_steps, _tensor_use, _usable,
                                      candidates, flat_candidates, launch_bound_registers, neighbours)
@@ -167,14 +167,18 @@ def test_gram_matrices_are_square_atb(problem):
 
 
 def test_a_gram_matrix_stages_one_operand():
-    """The Gram matrix's kernel is its problem's kernel of two operands (the model's
-    configuration) with a stage of A alone: a name of its own, half the stage."""
-    for dtype, m in (("float64", 8), ("float32", 45), ("complex128", 50)):
+    """The Gram matrix's kernel is its problem's kernel of two operands with a stage
+    of A alone, twice as many stages where they fit (``carried_to_gram``: as much
+    in flight, in as much shared memory), and a name of its own."""
+    for dtype, m in (("float64", 8), ("float32", 45), ("complex128", 50), ("float64", 64)):
         pair = Problem("atb", dtype, m, m)
         gram = dataclasses.replace(pair, gram=True)
-        assert default_config(gram, "sm_90") == default_config(pair, "sm_90")
-        two, one = (KernelSpec(p, default_config(pair, "sm_90")) for p in (pair, gram))
+        config = default_config(pair, "sm_90")
+        assert default_config(gram, "sm_90") == carried_to_gram(gram, config)
+        two, one = KernelSpec(pair, config), KernelSpec(gram, carried_to_gram(gram, config))
         assert one.stage_elements() == (two.stage_elements()[0], 0) and two.stage_elements()[1] > 0
+        assert one.config == dataclasses.replace(config, stages=2 * config.stages)
+        assert one.config.stages * one.stage_bytes == two.config.stages * two.stage_bytes
         assert one.name.startswith("tsmm_atb_gram_") and one.name != two.name
         source = module_source([one])
         assert "slot_b" not in source and not re.search(r"args\.b\b", source) and "* sb = sa;" in source

@@ -470,25 +470,29 @@ def test_one_value_as_both_operands_lowers_to_the_gram_kernel():
     assert complex_gram.startswith("tsmm_atb_gram_float64_m32_n32_")  # the model's real view
 
 
-def test_a_gram_matrix_sets_aside_an_xla_entry_of_two_operands(monkeypatch):
-    """An atb entry that chose XLA's dot timed it on two operands: for a Gram matrix
-    the key's kernel entry timed nearest K serves, else the model's kernel; below
-    SMALL_K the small-K rule stands."""
+def test_complex_conjugated_atb_sets_aside_an_xla_entry_of_its_unconjugated_product(monkeypatch):
+    """An atb entry that chose XLA's dot timed XLA's Aᵀ B: for Aᴴ B the key's kernel
+    entry timed nearest K serves, else the model's kernel; below SMALL_K_COMPLEX
+    the small-K rule stands. A Gram matrix takes its key's entries, kernels carried
+    to it (twice the stages), XLA's dot where the entry chose it."""
     from jax_tsmm import _dispatch
-    from jax_tsmm.codegen import Problem
+    from jax_tsmm.codegen import Config, Problem, carried_to_gram
     from jax_tsmm.codegen.search import candidates
 
-    problem = Problem("atb", "float64", 6, 6)
+    problem = Problem("atb", "complex64", 6, 6)
     timed = dataclasses.asdict(candidates(problem, 1, "sm_90")[0])
     entries = [{"k_min": 0, "k_tuned": 1 << 19, "config": timed},
                {"k_min": 1 << 20, "k_tuned": 1 << 20, "config": None}]
-    monkeypatch.setattr(_dispatch, "database", lambda *_: {"atb:float64:6x6": entries})
+    monkeypatch.setattr(_dispatch, "database", lambda *_: {"atb:complex64:6x6": entries})
 
-    def chosen(k, gram):
-        spec = _dispatch.select("atb", "float64", 6, 6, k, 0, False, gram=gram)
-        return spec and (spec.problem.gram, dataclasses.asdict(spec.config))
+    def chosen(k, conj, gram=False):
+        spec = _dispatch.select("atb", "complex64", 6, 6, k, 0, conj, gram=gram, real_view=False)
+        return spec and spec.config
 
-    assert chosen(1 << 20, gram=False) is None
-    assert chosen(1 << 20, gram=True) == (True, timed)
-    assert chosen(1 << 24, gram=True) == (True, dataclasses.asdict(default_config(problem)))  # 2^19 too far
-    assert chosen(1 << 10, gram=True) is None
+    assert chosen(1 << 20, conj=False) is None and chosen(1 << 20, conj=False, gram=True) is None
+    assert chosen(1 << 20, conj=True) == Config(**timed)
+    assert chosen(1 << 24, conj=True) == default_config(dataclasses.replace(problem, conj=True))  # 2^19 too far
+    assert chosen(1 << 10, conj=True) is None
+    gram = Problem("atb", "complex64", 6, 6, conj=True, gram=True)
+    assert chosen(1 << 20, conj=True, gram=True) == carried_to_gram(gram, Config(**timed))
+    assert chosen(1 << 24, conj=True, gram=True) == default_config(gram)
