@@ -259,10 +259,13 @@ def _conjugated_entry(problem: Problem, entry: dict | None, k: int, arch: str, d
     entry that chose XLA's dot timed XLA's Aᵀ B (the tuner's and the bench's op),
     and XLA's Aᴴ B runs far slower, so there the key's kernel entry timed nearest
     K serves, else the model's kernel (None); below SMALL_K the small-K rule
-    stands. On an H200 (2026-11-30, scripts/gram_timing.py) XLA's Aᴴ B of
-    complex128 4..48 ran at 21-38 % of the roofline, 1.25 ms at 32, where the
-    database's entry had timed its Aᵀ B at 0.49 ms and our kernel at 0.53."""
-    if entry is None or entry["config"] is not None or k < small_k_of(problem.dtype):
+    stands, and so does a product of a single column (M or N 1), which XLA
+    conjugates as it reduces. On an H200 (2026-11-30, scripts/gram_timing.py)
+    XLA's Aᴴ B of complex128 4..64 ran at 22-44 % of the roofline, 1.26 ms at 32
+    (our kernel 0.53 ms), where the database's entry had timed its Aᵀ B at 0.49
+    ms; complex64's 1 x 1 ran at 101 %, as its Aᵀ B."""
+    if (entry is None or entry["config"] is not None or k < small_k_of(problem.dtype)
+            or min(problem.m, problem.n) == 1):
         return entry
     nearest = _nearest_kernel_entry(database(arch, device).get(problem_key(problem), []), k)
     return nearest and {**nearest, "rule": "Aᴴ B, where the key's XLA entry timed Aᵀ B; the kernel entry timed "

@@ -473,8 +473,9 @@ def test_one_value_as_both_operands_lowers_to_the_gram_kernel():
 def test_complex_conjugated_atb_sets_aside_an_xla_entry_of_its_unconjugated_product(monkeypatch):
     """An atb entry that chose XLA's dot timed XLA's Aᵀ B: for Aᴴ B the key's kernel
     entry timed nearest K serves, else the model's kernel; below SMALL_K_COMPLEX
-    the small-K rule stands. A Gram matrix takes its key's entries, kernels carried
-    to it (twice the stages), XLA's dot where the entry chose it."""
+    the small-K rule stands, and so does a product of a single column. A Gram
+    matrix takes its key's entries, kernels carried to it (twice the stages), XLA's
+    dot where the entry chose it."""
     from jax_tsmm import _dispatch
     from jax_tsmm.codegen import Config, Problem, carried_to_gram
     from jax_tsmm.codegen.search import candidates
@@ -496,3 +497,6 @@ def test_complex_conjugated_atb_sets_aside_an_xla_entry_of_its_unconjugated_prod
     gram = Problem("atb", "complex64", 6, 6, conj=True, gram=True)
     assert chosen(1 << 20, conj=True, gram=True) == carried_to_gram(gram, Config(**timed))
     assert chosen(1 << 24, conj=True, gram=True) == default_config(gram)
+    column = {"k_min": 0, "k_tuned": 1 << 20, "config": None}
+    monkeypatch.setattr(_dispatch, "database", lambda *_: {"atb:complex64:1x6": [column]})
+    assert _dispatch.select("atb", "complex64", 1, 6, 1 << 20, 0, True, real_view=False) is None
