@@ -24,7 +24,8 @@ from jax_tsmm.codegen import KernelSpec
 
 
 def explain(op: str, dtype: str, m: int, n: int, k: int, *, conj: bool = False, update: bool = False,
-            transpose_a: bool = False, batch: int = 1, device: str | None = None, arch: str | None = None) -> str:
+            gram: bool = False, transpose_a: bool = False, batch: int = 1, device: str | None = None,
+            arch: str | None = None) -> str:
     """One line: the problem, then the kernel (its name and kind) or XLA's dot, and the reason."""
     arch = arch or _cuda.arch()
     device = _cuda.device_kind() if device is None else device
@@ -33,8 +34,9 @@ def explain(op: str, dtype: str, m: int, n: int, k: int, *, conj: bool = False, 
         choice = _mtsm.choose(dtype, transpose_a, n, conj, size, arch, device)
         shape = f"{'Aᵀ' if transpose_a else 'A'} X, A {'%d x %d' % ((k, m) if transpose_a else (m, k))}, N = {n}"
     else:
-        choice = _dispatch.choose(op, dtype, m, n, k, 0 if batch == 1 else 1, conj, arch, device, update=update)
-        shape = f"{'ab (fused update)' if update else op} {m} x {n}, K = {k:,}"
+        choice = _dispatch.choose(op, dtype, m, n, k, 0 if batch == 1 else 1, conj, arch, device, update=update,
+                                  gram=gram)
+        shape = f"{'ab (fused update)' if update else 'atb (Gram matrix)' if gram else op} {m} x {n}, K = {k:,}"
     where = f"{device} ({arch})" if device else f"{arch} (the architecture's database)"
     return f"{shape}, {dtype}, on {where}: {_served_by(choice.spec, dtype)}. Why: {choice.reason}."
 
@@ -67,6 +69,7 @@ def main(argv=None) -> None:
     parser.add_argument("--k", type=int, required=True, help="K: the long axis (atb, ab), the inner dimension (mtsm)")
     parser.add_argument("--conj", action="store_true")
     parser.add_argument("--update", action="store_true", help="ab's fused update (ab with out=, beta != 0)")
+    parser.add_argument("--gram", action="store_true", help="atb of one value passed as both operands (M = N)")
     parser.add_argument("--transpose-a", action="store_true", help="mtsm's Aᵀ X")
     parser.add_argument("--batch", type=int, default=1, help="batch items (one batch axis)")
     parser.add_argument("--device", default=None,
@@ -74,7 +77,7 @@ def main(argv=None) -> None:
     parser.add_argument("--arch", default=None, help="e.g. sm_90 (default: this machine's GPU's)")
     args = parser.parse_args(argv)
     print(explain(args.op, args.dtype, args.m, args.n, args.k, conj=args.conj, update=args.update,
-                  transpose_a=args.transpose_a, batch=args.batch, device=args.device, arch=args.arch))
+                  gram=args.gram, transpose_a=args.transpose_a, batch=args.batch, device=args.device, arch=args.arch))
 
 
 if __name__ == "__main__":

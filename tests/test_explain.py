@@ -105,6 +105,9 @@ def test_the_choice_says_whether_its_kernel_is_built_in(database):
     which, and which nvcc compiles the others."""
     line = explain.explain("atb", "float64", 8, 8, K, device="", arch="sm_90")  # the model's 8 x 8: prebuilt
     assert "; built into the extension)" in line, line
+    line = explain.explain("atb", "float64", 8, 8, K, gram=True, device="", arch="sm_90")  # and its Gram twin
+    assert line.startswith("atb (Gram matrix) 8 x 8") and "kernel tsmm_atb_gram_float64_m8_n8_" in line, line
+    assert "; built into the extension)" in line, line
     line = explain.explain("atb", "float64", 9, 7, K, device="", arch="sm_90")
     assert "; compiled at first use by " in line, line
     line = explain.explain("mtsm", "float64", 4096, 8, 4096, device="", arch="sm_90")  # the model's N = 8: prebuilt
