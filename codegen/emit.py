@@ -548,7 +548,7 @@ def _work_split(spec: KernelSpec, arith: _Arith, b_name: str) -> list[str]:
         "const long long item = blockIdx.x / args.grid_k;",
         "const long long first_chunk = blockIdx.x % args.grid_k;",
         f"const {e}* __restrict__ a = static_cast<const {e}*>(args.a) + tsmm_batch_offset(args, item, args.a_batch_stride);",
-        *([] if spec.problem.gram else [  # a Gram matrix's one operand is a
+        *([] if spec.problem.gram else [  # a Gram matrix reads a alone
             f"const {e}* __restrict__ {b_name} = static_cast<const {e}*>(args.b) + tsmm_batch_offset(args, item, args.b_batch_stride);"]),
         f"const long long num_chunks = (args.k + {spec.rows_per_chunk} - 1) / {spec.rows_per_chunk};",
     ]

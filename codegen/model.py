@@ -390,11 +390,11 @@ def carried_to_gram(problem: Problem, config: Config) -> Config:
     """atb's ``config`` of two operands for the Gram matrix ``problem`` of its shape
     (one operand, staged once): twice the stages, each half the size, so that the
     ring holds as many bytes in flight in as much shared memory; the same stages
-    where twice as many do not fit. On an H200 (2026-11-30, scripts/gram_timing.py)
-    the kernels of two operands with their own stages ran the Gram matrices of
-    float64 at 69-92 % of the read-once roofline, below XLA's dot at 32 (78.2
-    against 91.6 %), where the same kernel reading one buffer as both operands had
-    run 89.3 %: half the bytes in flight."""
+    where twice as many do not fit. On an H200 (2026-11-30, scripts/gram_timing.py,
+    two runs) twice the stages ran float64 4 at 93.0 and 91.3 % of the read-once
+    roofline against 83.8 and 81.9 % with the pair's, complex128 4 at 84.5 and 85.2
+    against 79.7 and 78.4, float32 32 at 96.4 and 101.5 against 92.3 and 92.3;
+    elsewhere within 2.4 points either way (performance.md, seventy-first round)."""
     doubled = dataclasses.replace(config, stages=2 * config.stages)
     return doubled if is_valid(KernelSpec(problem, doubled)) else config
 
