@@ -394,7 +394,8 @@ def carried_to_gram(problem: Problem, config: Config) -> Config:
     two runs) twice the stages ran float64 4 at 93.0 and 91.3 % of the read-once
     roofline against 83.8 and 81.9 % with the pair's, complex128 4 at 84.5 and 85.2
     against 79.7 and 78.4, float32 32 at 96.4 and 101.5 against 92.3 and 92.3;
-    elsewhere within 2.4 points either way (performance.md, seventy-first round)."""
+    elsewhere from 3.3 points below (float32 8) to 4.7 above (complex64 32)
+    (performance.md, seventy-first round)."""
     doubled = dataclasses.replace(config, stages=2 * config.stages)
     return doubled if is_valid(KernelSpec(problem, doubled)) else config
 
