@@ -184,11 +184,9 @@ def tuned(key: str, k: int, arch: str, device: str = "") -> dict | None:
         return None
     if op == "atb":
         if chosen["config"] is None and not _xla_measured_faster(chosen, k):
-            nearest = _nearest_kernel_entry(entries, k)
-            if nearest is None:
+            chosen = _nearest_kernel_entry(entries, k, "XLA's Aᵀ B was timed faster only at K aligned otherwise")
+            if chosen is None:
                 return None
-            chosen = {**nearest, "rule": f"XLA's Aᵀ B was timed faster only at K aligned otherwise; the kernel "
-                                         f"entry timed nearest K: {describe_entry(nearest)}"}
         if chosen["config"] is not None and _xla_measured_faster(chosen, k):
             return {"k_min": chosen["k_min"], "k_tuned": chosen["xla_faster_at"], "config": None,
                     "rule": f"XLA's Aᵀ B measured faster at K = {chosen['xla_faster_at']}, a factor of K"}
@@ -267,9 +265,8 @@ def _conjugated_entry(problem: Problem, entry: dict | None, k: int, arch: str, d
     if (entry is None or entry["config"] is not None or k < small_k_of(problem.dtype)
             or min(problem.m, problem.n) == 1):
         return entry
-    nearest = _nearest_kernel_entry(database(arch, device).get(problem_key(problem), []), k)
-    return nearest and {**nearest, "rule": "Aᴴ B, where the key's XLA entry timed Aᵀ B; the kernel entry timed "
-                                           f"nearest K: {describe_entry(nearest)}"}
+    return _nearest_kernel_entry(database(arch, device).get(problem_key(problem), []), k,
+                                 "Aᴴ B, where the key's XLA entry timed Aᵀ B")
 
 
 def _gram_entry(problem: Problem, entry: dict | None) -> dict | None:
@@ -286,9 +283,10 @@ def _gram_entry(problem: Problem, entry: dict | None) -> dict | None:
             "rule": f"atb's kernel entry, carried to the Gram matrix: {describe_entry(entry)}"}
 
 
-def _nearest_kernel_entry(entries: list[dict], k: int) -> dict | None:
+def _nearest_kernel_entry(entries: list[dict], k: int, why: str) -> dict | None:
     """Of a key's entries that chose a kernel, the one timed at the K nearest ``k``
-    (by ratio) within a factor of NEAREST_KERNEL_REACH, or None. Its kernel beat
+    (by ratio) within a factor of NEAREST_KERNEL_REACH, its rule saying ``why`` it
+    serves instead of the entry that would, or None. Its kernel beat
     the model's where it was timed; the model's is untimed at any K. Further
     off, the rows a block streams (and so the stages its ring fills) differ too
     much to carry the measurement over. On an H100 (2026-11-25) the tuner chose XLA
@@ -301,7 +299,8 @@ def _nearest_kernel_entry(entries: list[dict], k: int) -> dict | None:
 
     reach = np.log2(NEAREST_KERNEL_REACH)
     near = [entry for entry in entries if entry["config"] is not None and octaves(entry) <= reach]
-    return min(near, key=octaves, default=None)
+    nearest = min(near, key=octaves, default=None)
+    return nearest and {**nearest, "rule": f"{why}; the kernel entry timed nearest K: {describe_entry(nearest)}"}
 
 
 def _xla_measured_faster(entry: dict, k: int) -> bool:

@@ -202,8 +202,9 @@ def _random(key, shape, dtype):
 def moved_bytes(op: str, dtype, m: int, n: int, k: int) -> int:
     """The bytes a call moves at the least, each operand and the result once: atb
     reads A and B and writes M x N, ab reads A and C and writes K x N, ab_update
-    reads Q, C and V and writes V."""
-    tall_columns = m + 2 * n if op == "ab_update" else m + n
+    reads Q, C and V and writes V, a Gram matrix ("gram", atb(a, a), M = N) reads
+    A and writes M x M."""
+    tall_columns = {"ab_update": m + 2 * n, "gram": m}.get(op, m + n)
     return (k * tall_columns + m * n) * np.dtype(dtype).itemsize
 
 
@@ -211,7 +212,7 @@ def roofline_seconds(op: str, dtype, m: int, n: int, k: int, ceilings: dict) -> 
     complex_factor = 4 if jnp.issubdtype(dtype, jnp.complexfloating) else 1
     flops = 2 * complex_factor * k * m * n
     peak = ceilings["peak_flops"][np.dtype(dtype).name]
-    bandwidth = ceilings["read_bytes_per_s" if op == "atb" else "copy_bytes_per_s"]
+    bandwidth = ceilings["read_bytes_per_s" if op in ("atb", "gram") else "copy_bytes_per_s"]
     return max(moved_bytes(op, dtype, m, n, k) / bandwidth, flops / peak)
 
 

@@ -9,8 +9,9 @@ each dtype:width this times, on the bench's rows (``bench.problem_rows``) and
 the bench's loops (``bench.seconds_per_call``), jax_tsmm and XLA's dot (HIGHEST)
 on the Gram matrix ``atb(a, a)`` and on two operands ``atb(a, b)``, conjugated
 for the complex dtypes (Aᴴ A, Aᴴ B; the bench times Aᵀ B). The Gram rows'
-percentages are of the read-once roofline (K M elements at the read ceiling, or
-the FLOP peak where that binds), the pairs' of the bench's. Where the Gram kernel
+percentages are of the read-once roofline (``bench.roofline_seconds`` of op
+"gram": K M elements at the read ceiling, or the FLOP peak where that binds),
+the pairs' of the bench's. Where the Gram kernel
 doubles the stages of the pair's (``codegen.model.carried_to_gram``), it is timed
 with the pair's stages too.
 """
@@ -33,13 +34,6 @@ from jax_tsmm.codegen import KernelSpec
 jax.config.update("jax_enable_x64", True)
 
 
-def gram_roofline_seconds(dtype, m: int, k: int, ceilings: dict) -> float:
-    complex_factor = 4 if jnp.issubdtype(dtype, jnp.complexfloating) else 1
-    flops = 2 * complex_factor * k * m * m
-    memory = (k * m + m * m) * np.dtype(dtype).itemsize / ceilings["read_bytes_per_s"]
-    return max(memory, flops / ceilings["peak_flops"][np.dtype(dtype).name])
-
-
 def calls(dtype):
     """(jax_tsmm's, XLA's) op(A)ᵀ B, conjugated for a complex ``dtype``."""
     conj = bool(jnp.issubdtype(dtype, jnp.complexfloating))
@@ -52,10 +46,11 @@ def time_width(dtype, m: int, ceilings: dict) -> dict:
     k = bench.problem_rows(m, m, dtype)
     pair_sets = bench.operand_sets("atb", dtype, m, m, k, seed=m)
     gram_sets = [(a,) for a, _ in pair_sets]
-    gram_best = gram_roofline_seconds(dtype, m, k, ceilings)
+    gram_best = bench.roofline_seconds("gram", dtype, m, m, k, ceilings)
     pair_best = bench.roofline_seconds("atb", dtype, m, m, k, ceilings)
     row = {"dtype": np.dtype(dtype).name, "M": m, "K": k}
-    for library, call in zip(("tsmm", "xla"), calls(dtype)):
+    ours, xla = calls(dtype)
+    for library, call in (("tsmm", ours), ("xla", xla)):
         row[f"{library}_gram_s"] = bench.seconds_per_call(lambda a: call(a, a), gram_sets, gram_best)
         row[f"{library}_pair_s"] = bench.seconds_per_call(call, pair_sets, pair_best)
         row[f"{library}_gram_pct"] = 100 * gram_best / row[f"{library}_gram_s"]
@@ -68,8 +63,7 @@ def time_width(dtype, m: int, ceilings: dict) -> dict:
     if gram is not None and pair is not None and gram.config.stages != pair.config.stages:
         same = KernelSpec(gram.problem, dataclasses.replace(gram.config, stages=pair.config.stages))
         with _dispatch.forced(same):
-            row["tsmm_gram_pair_stages_s"] = bench.seconds_per_call(lambda a: calls(dtype)[0](a, a), gram_sets,
-                                                                    gram_best)
+            row["tsmm_gram_pair_stages_s"] = bench.seconds_per_call(lambda a: ours(a, a), gram_sets, gram_best)
         row["tsmm_gram_pair_stages_pct"] = 100 * gram_best / row["tsmm_gram_pair_stages_s"]
     return row
 
