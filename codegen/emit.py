@@ -373,6 +373,10 @@ class _Arith:
             return f"make_{self.elem}({x}.x + {y}.x, {x}.y + {y}.y)"
         return f"{x} + {y}"
 
+    def mirrored(self, x: str) -> str:
+        """The entry of op(A)ᵀ A mirrored across the diagonal from x: conj(x) for Aᴴ A, else x."""
+        return f"make_{self.elem}({x}.x, -{x}.y)" if self.conj else x
+
     def fma(self, acc: str, a: str, b: str) -> list[str]:
         """acc += op(a) * b, op = conj when the problem says so."""
         if not self.complex:
@@ -514,6 +518,21 @@ def _tile_indices(name: str, owner: str, tile: int, tiles: int, extent: int, map
         else:
             lines.append(f"const int {name}{i} = {local};")
     return lines
+
+
+def _tile_place(spec: KernelSpec, index: str, name_m: str, name_n: str) -> list[str]:
+    """Declare the place (name_m, name_n) on the grid of tiles (or warps) of tile `index`."""
+    if not spec.config.triangle:
+        return [f"const int {name_m} = {index} % {spec.tiles_m};",
+                f"const int {name_n} = {index} / {spec.tiles_m};"]
+    return [
+        "// Triangle (Config.triangle): the result is Hermitian, so only the tiles on and above",
+        "// the diagonal run, column by column: column c holds rows 0..c, from tile c (c + 1) / 2",
+        "// on (the square root is exact at those starts, 8 t + 1 = (2 c + 1)^2).",
+        f"const int {name_n} = static_cast<int>((sqrtf(8.0f * {index} + 1.0f) - 1.0f) / 2.0f);",
+        f"const int {name_m} = {index} - {name_n} * ({name_n} + 1) / 2;",
+        f"const bool diagonal_tile = {name_m} == {name_n};  // holds both halves of its entries",
+    ]
 
 
 def _valid(name: str, i: int, tiles: int, tile: int, extent: int, paneled: bool = False) -> str | None:
@@ -878,7 +897,7 @@ def _atb_fma_body(spec: KernelSpec, ar: _Arith) -> tuple[list[str], list[tuple[s
     e = ar.elem
     tm, tn = c.tile_m, c.tile_n
     tiles_m, tiles_n = spec.tiles_m, spec.tiles_n
-    tiles = tiles_m * tiles_n
+    tiles = spec.tile_count
     pm = spec.panel_m
     paneled = c.m_panels > 1
     rg = c.row_groups
@@ -887,8 +906,7 @@ def _atb_fma_body(spec: KernelSpec, ar: _Arith) -> tuple[list[str], list[tuple[s
         f"// Thread place: register tile ({tm}x{tn}) `tile` of the M x N result, rows `row_group` mod {rg}.",
         f"const int tile = tid % {tiles};",
         f"const int row_group = tid / {tiles};",
-        f"const int tile_m = tile % {tiles_m};",
-        f"const int tile_n = tile / {tiles_m};",
+        *_tile_place(spec, "tile", "tile_m", "tile_n"),
         *([f"const int m0 = blockIdx.y * {pm};  // this block's panel of the result's rows"] if paneled else []),
         *_tile_indices("col_a", "tile_m", tm, tiles_m, pm, c.mapping,
                        offset="m0" if paneled else None, total=p.m),
@@ -929,8 +947,7 @@ def _atb_mma_body(spec: KernelSpec, ar: _Arith) -> tuple[list[str], list[tuple[s
     p, c = spec.problem, spec.config
     e = ar.elem
     tm, tn = c.tile_m, c.tile_n
-    warps_m, warps_n = spec.tiles_m, spec.tiles_n
-    warps = warps_m * warps_n
+    warps = spec.tile_count
     s = spec.row_spacing
     tf32 = c.tf32x3
     gauss = c.gauss
@@ -1076,8 +1093,7 @@ def _atb_mma_body(spec: KernelSpec, ar: _Arith) -> tuple[list[str], list[tuple[s
         "const int lane = tid % 32;",
         f"const int warp = tid / 32 % {warps};",
         f"const int row_group = tid / {32 * warps};",
-        f"const int warp_m = warp % {warps_m};",
-        f"const int warp_n = warp / {warps_m};",
+        *_tile_place(spec, "warp", "warp_m", "warp_n"),
         *(["// PTX m16n8k8 tf32 fragments: A (16x8, row) holds [lane/4 (+8)][lane%4 (+4)], B (8x8,",
            "// col) [lane%4 (+4)][lane/4], D (16x8) [lane/4 (+8)][2*(lane%4) + h]: per 8x8 block, a",
            "// DMMA k-step's fragments in each k half.",
@@ -1160,6 +1176,22 @@ def _atb_block_reduction(spec: KernelSpec, ar: _Arith, outputs) -> list[str]:
     def each(action) -> list[str]:
         return [f"if ({guard}) {action(acc, m, n)}" if guard else action(acc, m, n) for acc, m, n, guard in outputs]
 
+    def store(acc: str, m: str, n: str, guard: str | None) -> list[str]:
+        if not c.triangle:
+            entry = f"partial[{m} * {p.n} + {n}] = {acc};"
+            return [f"if ({guard}) {entry}" if guard else entry]
+        # A diagonal tile holds both halves: it writes those on and above the diagonal, and
+        # mirrors them, so that each pair of mirrored entries is one sum (exactly Hermitian);
+        # Aᴴ A's diagonal, sums of |a|², is real: the rounding of its imaginary part is dropped.
+        value = f"row == col ? make_{e}({acc}.x, 0) : {acc}" if ar.conj else acc
+        return ["{",
+                f"  const int row = {m}, col = {n};",
+                f"  if ({guard + ' && ' if guard else ''}(!diagonal_tile || row <= col)) {{",
+                f"    partial[row * {p.n} + col] = {value};",
+                f"    if (row != col) partial[col * {p.n} + row] = {ar.mirrored(acc)};",
+                "  }",
+                "}"]
+
     body = [
         "",
         f"// Block-local reduction: row groups 1..{rg - 1} leave their tiles in shared memory",
@@ -1185,10 +1217,7 @@ def _atb_block_reduction(spec: KernelSpec, ar: _Arith, outputs) -> list[str]:
         ]
     else:
         body += ["if (row_group == 0) {" if spec.producer_warp else "{"]
-    body += [
-        *["  " + line for line in each(lambda acc, m, n: f"partial[{m} * {p.n} + {n}] = {acc};")],
-        "}",
-    ]
+    body += [*["  " + line for output in outputs for line in store(*output)], "}"]
     return body
 
 

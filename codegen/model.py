@@ -395,9 +395,32 @@ def carried_to_gram(problem: Problem, config: Config) -> Config:
     roofline against 83.8 and 81.9 % with the pair's, complex128 4 at 84.5 and 85.2
     against 79.7 and 78.4, float32 32 at 96.4 and 101.5 against 92.3 and 92.3;
     elsewhere from 3.3 points below (float32 8) to 4.7 above (complex64 32)
-    (performance.md, seventy-first round)."""
+    (performance.md, seventy-first round). Where DMMA's tensor work binds (double
+    precision, TRIANGLE_MIN_FLOPS_PER_BYTE) and the warp tiles are square, only
+    the triangle of them runs (Config.triangle)."""
     doubled = dataclasses.replace(config, stages=2 * config.stages)
-    return doubled if is_valid(KernelSpec(problem, doubled)) else config
+    carried = doubled if is_valid(KernelSpec(problem, doubled)) else config
+    triangle = dataclasses.replace(carried, triangle=True)
+    if (carried.mma and not carried.tf32x3 and problem.real_type == "double"
+            and gram_flops_per_byte(problem) >= TRIANGLE_MIN_FLOPS_PER_BYTE and is_valid(KernelSpec(problem, triangle))):
+        return triangle
+    return carried
+
+
+# A Gram matrix's DMMA kernel computes the triangle alone (Config.triangle) from this
+# many flop per byte of its operand: float64 from 32 columns, complex128 from 16. On
+# an H200 (2026-11-30, the tuner's loops of op "gram") the triangle of the same tiles
+# ran float64 48 (3x3 tiles, 4 row groups) at 79.4 % of the read-once roofline against
+# 66.5 % for the whole grid, 64 (4x4) at 91.9 against 79.8 %; at float64 8 (1x1 tiles,
+# 2 flop per byte) within 1.3 points either way; 3xTF32's float32 16 lost (77.9
+# against 86.2 %) (performance.md, seventy-second round).
+TRIANGLE_MIN_FLOPS_PER_BYTE = 8
+
+
+def gram_flops_per_byte(problem: Problem) -> float:
+    """The Gram matrix's flop per byte of its one operand, read once: 2 M per element
+    (8 M for complex, in real flop)."""
+    return 2 * (4 if problem.components == 2 else 1) * problem.m / problem.element_bytes
 
 
 def carried_to_update(problem: Problem, config: Config) -> Config:

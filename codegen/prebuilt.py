@@ -60,7 +60,8 @@ def prebuilt_specs(databases: tuple[dict, ...] = ()) -> list[KernelSpec]:
     compile at first use, or without nvcc leave those calls to XLA's dot.
     Each square atb kernel comes with its Gram matrix's twin (``Problem.gram``,
     ``carried_to_gram``), which dispatch picks where one value is passed as both
-    operands."""
+    operands and the databases have no "gram" entries, and so do the kernels those
+    entries choose."""
     problems = prebuilt_problems()
     specs = [KernelSpec(p, default_config(p)) for p in problems]
     for problem in problems:
@@ -71,6 +72,10 @@ def prebuilt_specs(databases: tuple[dict, ...] = ()) -> list[KernelSpec]:
     grams = [dataclasses.replace(s.problem, gram=True) for s in specs]
     specs += [KernelSpec(gram, carried_to_gram(gram, s.config)) for s, gram in zip(specs, grams)
               if gram.op == "atb" and gram.m == gram.n]
+    for gram in dict.fromkeys(g for g in grams if g.op == "atb" and g.m == g.n):
+        for entries in databases:
+            specs += [KernelSpec(gram, Config(**entry["config"])) for entry in entries.get(problem_key(gram), [])
+                      if entry["config"] is not None and not entry.get("real_view", False)]
     return _one_per_name(specs)
 
 

@@ -87,7 +87,7 @@ def score(spec: KernelSpec) -> float:
     # transposed, pairing N's blocks, and pads half a step at an odd tile_n.
     if p.op == "atb":
         tile_blocks = c.tile_m * c.tile_n + ((c.tile_m % 2) * (c.tile_n % 2) if c.tf32x3 else 0)
-        tiles = spec.tiles_m * spec.tiles_n * tile_blocks
+        tiles = spec.tile_count * tile_blocks
         if c.fma_edges:  # an edge entry on the FMA units costs about two of a block's on the tensor cores
             tiles += EDGE_COST * (p.m * p.n - 64 * spec.mma_blocks(p.m) * spec.mma_blocks(p.n)) / 64
         useful = p.m * p.n / tiles
@@ -213,7 +213,7 @@ def _tensor_use(spec: KernelSpec) -> float:
     tiles 144 (108 with the lone block transposed)."""
     c = spec.config
     useful = spec.mma_blocks(spec.problem.m) * spec.mma_blocks(spec.problem.n) / 2
-    return useful / (spec.tiles_m * spec.tiles_n * _dmma_steps(c.tile_m, c.tile_n, c.lone_transposed))
+    return useful / (spec.tile_count * _dmma_steps(c.tile_m, c.tile_n, c.lone_transposed))
 
 
 def _dmma_steps(tile_m: int, tile_n: int, lone_transposed: bool = False) -> int:
@@ -323,13 +323,15 @@ def candidates(problem: Problem, limit: int = 16, arch: str = "sm_90") -> list[C
                 found[config] = score(spec)
     if problem.dtype in MMA_DTYPES or problem.dtype == "complex128":  # (Config.gauss)
         found.update(_mma_candidates(problem, arch))
+    if problem.gram:
+        found.update(_triangles(problem, found))
     # Best first, but one per tile/thread/stage shape before any second variant of
     # a shape (unroll, mapping and blocks per SM matter less than those).
     firsts, seconds, seen = [], [], set()
     for config in sorted(found, key=found.get, reverse=True):
         shape = (config.tile_m, config.tile_n, config.row_groups, config.rows_per_stage, config.stages,
                  config.padded, config.mma, config.tf32x3, config.wgmma, config.stage_out, config.stage_copy,
-                 config.y_in_out, config.fma_edges, config.waves)
+                 config.y_in_out, config.fma_edges, config.waves, config.triangle)
         (seconds if shape in seen else firsts).append(config)
         seen.add(shape)
     ranked = firsts + seconds
@@ -345,6 +347,18 @@ def candidates(problem: Problem, limit: int = 16, arch: str = "sm_90") -> list[C
         firsts.append(with_bulk)
     firsts += [c for c in flat_candidates(problem)[:3] if c not in firsts]
     return (firsts + [c for c in ranked if c not in firsts])[:limit]
+
+
+def _triangles(problem: Problem, found: dict[Config, float]) -> dict[Config, float]:
+    """A Gram matrix's candidates of square tiles that compute the triangle alone
+    (Config.triangle), each scored as its candidate of the whole grid is, by the
+    work of the tiles it runs (``score``), where usable."""
+    triangles = {}
+    for config, value in found.items():
+        spec = KernelSpec(problem, dataclasses.replace(config, triangle=True))
+        if _usable(spec):
+            triangles[spec.config] = value * score(spec) / score(KernelSpec(problem, config))
+    return triangles
 
 
 def _usable(spec: KernelSpec, valid: dict | None = None, source: tuple = ()) -> bool:
@@ -415,6 +429,10 @@ def neighbours(problem: Problem, config: Config, arch: str = "sm_90") -> list[Co
             steps.append(dict(y_in_out=not c.y_in_out))
     if start.ab_ring:
         steps.append(dict(ring_takes_chunks=not c.ring_takes_chunks))  # which pays has no model (Config)
+    if problem.gram and c.tile_m == c.tile_n:
+        # The triangle's fewer tiles per row group, or the whole grid's: which keeps the tensor
+        # pipe busier is not modelled.
+        steps.append(dict(triangle=not c.triangle))
     if c.mma and problem.op == "atb":  # the edges the other way, the warp tile trimmed to the core
         edged = dataclasses.replace(c, fma_edges=not c.fma_edges)
         blocks_m, blocks_n = (KernelSpec(problem, edged).mma_blocks(w) for w in (problem.m, problem.n))

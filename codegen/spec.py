@@ -16,7 +16,7 @@ from dataclasses import dataclass
 OPS = ("atb", "ab")
 # Config fields added after 2026-11-27, whose defaults keep the kernels as they were
 # (KernelSpec.source_fields).
-LATER_FIELDS = ("ring_takes_chunks",)
+LATER_FIELDS = ("ring_takes_chunks", "triangle")
 
 # dtype name -> (C type of one real component, components per element)
 DTYPES = {
@@ -110,25 +110,31 @@ class Problem(ElementType):
 
 def op_name(problem: Problem) -> str:
     """The operation's name in database keys, the bench and the tuner: ab's fused
-    update is "ab_update", an operation of its own."""
-    return "ab_update" if problem.update else problem.op
+    update is "ab_update", the Gram matrix (atb of one operand as both) "gram",
+    operations of their own."""
+    return "ab_update" if problem.update else "gram" if problem.gram else problem.op
 
 
 def named_problem(op: str, dtype: str, m: int, n: int) -> Problem:
-    """op_name's inverse: the problem of an operation ("atb", "ab" or "ab_update") of this shape."""
-    return Problem("ab" if op == "ab_update" else op, dtype, m, n, update=op == "ab_update")
+    """op_name's inverse: the problem of an operation ("atb", "ab", "ab_update" or
+    "gram") of this shape. A complex Gram matrix is Aᴴ A, the Hermitian one that
+    Cholesky-QR and Gram-Schmidt form (conj)."""
+    gram = op == "gram"
+    return Problem("ab" if op == "ab_update" else "atb" if gram else op, dtype, m, n,
+                   conj=gram and DTYPES[dtype][1] == 2, update=op == "ab_update", gram=gram)
 
 
 def problem_key(problem: Problem) -> str:
     """Database key; conj is left out (it flips signs and costs the same). ab's
     fused update has entries of its own: against XLA's dot and a separate
-    elementwise pass it wins where plain ab may not."""
+    elementwise pass it wins where plain ab may not; so has the Gram matrix, which
+    reads one operand where atb reads two."""
     return f"{op_name(problem)}:{problem.dtype}:{problem.m}x{problem.n}"
 
 
 def key_problem(key: str) -> Problem:
     """problem_key's inverse: the problem of an "op:dtype:MxN" key (conj, which keys
-    leave out, False)."""
+    leave out, False but for a complex Gram matrix's: named_problem)."""
     op, dtype, shape = key.split(":")
     m, n = map(int, shape.split("x"))
     return named_problem(op, dtype, m, n)
@@ -297,6 +303,17 @@ class Config:
                      (0.92x), for no cause found: the model sets it for float64
                      on sm_90 (model.RING_TAKES_CHUNKS_DTYPES), and elsewhere
                      the tuner's local search decides (search.neighbours).
+    triangle         atb's Gram matrix (Problem.gram) only, square tiles on a square
+                     grid (tile_m = tile_n, as many tiles along M as along N), no
+                     panels or FMA edges: the result is Hermitian (symmetric for
+                     real dtypes and plain Aᵀ A), so only the tiles on and above
+                     the diagonal are computed, T (T + 1) / 2 of a T x T grid, and
+                     each entry above the diagonal is written to its mirror too
+                     (conjugated for Aᴴ A). Where the tensor work binds (float64
+                     48 and 64, complex128 16 and 32 on their real views) that is
+                     the work of the computed tiles alone; the result is exactly
+                     Hermitian, each pair of mirrored entries one sum (Aᴴ A's
+                     diagonal written real).
     """
 
     tile_m: int = 1
@@ -321,6 +338,7 @@ class Config:
     blocks_per_sm: int = 2
     waves: int = 1
     ring_takes_chunks: bool = False
+    triangle: bool = False
 
 
 @dataclass(frozen=True)
@@ -365,9 +383,17 @@ class KernelSpec:
         return width % 8 if self.config.fma_edges else 0
 
     @property
+    def tile_count(self) -> int:
+        """atb: the tiles (with mma: warps) of a row group, tiles_m x tiles_n, or with
+        Config.triangle those on and above the diagonal of the square grid."""
+        if self.config.triangle:
+            return self.tiles_m * (self.tiles_m + 1) // 2
+        return self.tiles_m * self.tiles_n
+
+    @property
     def edge_slots(self) -> int:
         """fma_edges: the slots the edge entries are dealt to, one per lane quad of a row group."""
-        return 8 * self.tiles_m * self.tiles_n
+        return 8 * self.tile_count
 
     @property
     def edge_units(self) -> tuple[int, int]:
@@ -406,7 +432,7 @@ class KernelSpec:
         p = self.problem
         if self.flat:
             return self.config.row_groups * p.n // math.gcd(p.n, p.vector_elements)
-        return self.tiles_m * self.tiles_n * self.config.row_groups * (32 if self.config.mma else 1)
+        return self.tile_count * self.config.row_groups * (32 if self.config.mma else 1)
 
     @property
     def threads(self) -> int:
@@ -851,6 +877,8 @@ def validate(spec: KernelSpec) -> None:
         errors.append("gram applies to atb with M = N only")
     if c.stage_out and p.op != "ab":
         errors.append("stage_out applies to ab only")
+    if c.triangle and not (p.gram and c.tile_m == c.tile_n and c.m_panels == 1 and not c.fma_edges):
+        errors.append("triangle serves Gram matrices with square tiles, without panels or FMA edges")
     if c.mapping not in ("interleaved", "blocked", "flat"):
         errors.append(f"mapping must be 'interleaved', 'blocked' or 'flat', got {c.mapping!r}")
     if c.mapping == "flat" and not (

@@ -137,8 +137,9 @@ def tuned(key: str, k: int, arch: str, device: str = "") -> dict | None:
     use XLA, ``real_view`` that a complex problem runs as its real view), or None
     where the database has no say. The entry of the range holding K serves; below
     every range, the lowest range's (a measured choice beats the untimed model),
-    except at K under SMALL_K for atb and ab (not the fused update, which saves XLA's
-    second pass) of a real dtype where there are none, or they start higher, or
+    except at K under SMALL_K for atb, ab and the Gram matrix (not the fused
+    update, which saves XLA's second pass) of a real dtype where there are none,
+    or they start higher, or
     the one that would serve was timed at NEAREST_KERNEL_REACH times K or more;
     there XLA's dot serves as if an entry timed at K = SMALL_K_TIMED had chosen
     it (not under ``model_only``, which times the model's kernels): on an H200
@@ -156,7 +157,7 @@ def tuned(key: str, k: int, arch: str, device: str = "") -> dict | None:
 
     XLA's Aᵀ B is fast only at some K: on an H100 (2026-11-22) at K = 2^16, 2^20
     and 2^22 it reached 60-95 % of roofline, at K = 65537, 99991, 1048573, 1500007
-    and 2739138 only 8-31 % (docs/performance.md). So an atb entry that chose XLA
+    and 2739138 only 8-31 % (docs/performance.md). So an atb (or Gram) entry that chose XLA
     holds only for K with at least the power-of-two factor of the K it was timed
     at; at other K the problem's kernel entry timed at the K nearest serves
     (``_nearest_kernel_entry``), else the model's kernel. Conversely, an atb
@@ -175,14 +176,14 @@ def tuned(key: str, k: int, arch: str, device: str = "") -> dict | None:
             chosen = entry
     op, dtype, _ = key.split(":")
     small_k = small_k_of(dtype)
-    if op in ("atb", "ab") and k < small_k and (
+    if op in ("atb", "ab", "gram") and k < small_k and (
             chosen is None or chosen["k_min"] > k
             or chosen.get("k_tuned", chosen["k_min"]) >= NEAREST_KERNEL_REACH * k):
         chosen = {"k_min": 0, "k_tuned": SMALL_K_TIMED, "config": None, "xla_faster_at": SMALL_K_XLA_ALIGNED,
                   "rule": f"K under {small_k}, below the K ranges tuned: XLA's dot (the small-K rule)"}
     if chosen is None:
         return None
-    if op == "atb":
+    if op in ("atb", "gram"):
         if chosen["config"] is None and not _xla_measured_faster(chosen, k):
             chosen = _nearest_kernel_entry(entries, k, "XLA's Aᵀ B was timed faster only at K aligned otherwise")
             if chosen is None:
@@ -229,11 +230,11 @@ def _entry(problem: Problem, k: int, arch: str, device: str, real_view: bool = T
     that kernel carried to the update (``carried_to_update``: y staged beside A
     where out is); where plain ab's entry chose XLA's dot, or has no kernel that
     takes the update, the database has no say (the update saves XLA's second pass)."""
+    if problem.gram:
+        return _gram_entry(problem, k, arch, device)
     entry = tuned(problem_key(problem), k, arch, device)
     if problem.op == "atb" and problem.conj:
         entry = _conjugated_entry(problem, entry, k, arch, device)
-    if problem.gram:
-        return _gram_entry(problem, entry)
     if entry is not None or not problem.update:
         return entry
     real = real_view_problem(problem) if real_view else None
@@ -269,12 +270,20 @@ def _conjugated_entry(problem: Problem, entry: dict | None, k: int, arch: str, d
                                  "Aᴴ B, where the key's XLA entry timed Aᵀ B")
 
 
-def _gram_entry(problem: Problem, entry: dict | None) -> dict | None:
-    """The entry of a Gram matrix (``problem.gram``), given its key's (atb's) ``entry``:
-    its kernel carried to the Gram matrix (``carried_to_gram``). An entry that chose
+def _gram_entry(problem: Problem, k: int, arch: str, device: str) -> dict | None:
+    """The entry of a Gram matrix (``problem.gram``): its own key's, tuned as op
+    "gram" (a complex one timed as Aᴴ A), else atb's entry of its shape with the
+    kernel carried to the Gram matrix (``carried_to_gram``). An atb entry that chose
     XLA's dot holds: XLA's Aᵀ A reads its operand once too (on an H200, 2026-11-30,
     scripts/gram_timing.py, where such entries chose XLA: float64 1 and 32 in 0.24
     and 0.27 ms, the kernels carried in 0.25 and 0.29; at 8 0.31 against 0.29)."""
+    own = tuned(problem_key(problem), k, arch, device)
+    if own is not None:
+        return own
+    pair = dataclasses.replace(problem, gram=False)
+    entry = tuned(problem_key(pair), k, arch, device)
+    if pair.conj:
+        entry = _conjugated_entry(pair, entry, k, arch, device)
     if entry is None or entry["config"] is None:
         return entry
     kernel_problem = real_view_problem(problem) if entry.get("real_view", False) else problem
@@ -379,6 +388,12 @@ def select(op: str, dtype, m: int, n: int, k: int, batch_dims: int, conj: bool,
     A forced spec serves the call's problem or its real view's."""
     return choose(op, dtype, m, n, k, batch_dims, conj, arch, device, update=update, real_view=real_view,
                   gram=gram).spec
+
+
+def select_problem(problem: Problem, k: int, arch: str = "sm_90", device: str = "") -> KernelSpec | None:
+    """``select`` for ``problem`` (unbatched) at K."""
+    return select(problem.op, problem.dtype, problem.m, problem.n, k, 0, problem.conj, arch, device,
+                  update=problem.update, gram=problem.gram)
 
 
 @dataclasses.dataclass(frozen=True)

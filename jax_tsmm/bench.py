@@ -1,6 +1,6 @@
 """jax_tsmm against XLA's dot on this GPU, as a percentage of the memory/compute roofline.
 
-    python -m jax_tsmm.bench [--dtypes float64,float32] [--ops atb,ab,ab_update,mtsm]
+    python -m jax_tsmm.bench [--dtypes float64,float32] [--ops atb,ab,ab_update,gram,mtsm]
                              [--widths 1-64] [--pairs 1x8,13x48 | --no-pairs]
                              [--k-sweep [--k-sweep-widths 8] [--k-sweep-k K,...]]
                              [--model]
@@ -17,7 +17,8 @@ is smaller where the widths are more than 8 apart), rotating between two input
 sets (more for smaller operands: ``set_count``); times are medians of several
 loops timed inside one jitted function.
 ``ab_update`` is the fused V - Q C (``ab(q, c, out=v, alpha=-1, beta=1)``)
-against ``v - q @ c``. Each row names the kernel configuration it timed (None:
+against ``v - q @ c``; ``gram`` the Gram matrix ``atb(a, a)`` (Aᴴ A for complex
+dtypes) against ``conj(a).T @ a``, at M = N only, as % of the read-once roofline. Each row names the kernel configuration it timed (None:
 dispatch chose XLA's dot; with ``real_view`` that of the real kernel a complex
 problem ran as, see ``_dispatch``); ``--model`` times the model's kernel everywhere,
 ignoring the tuning database, which is how the database is rebuilt
@@ -217,10 +218,14 @@ def roofline_seconds(op: str, dtype, m: int, n: int, k: int, ceilings: dict) -> 
 
 
 def operations(op: str):
-    """(jax_tsmm's call, XLA's equivalent) for op "atb", "ab" or "ab_update"."""
+    """(jax_tsmm's call, XLA's equivalent) for op "atb", "ab", "ab_update" or "gram"
+    (atb(a, a), Aᴴ A for a complex ``a``: ``named_problem``)."""
     highest = lax.Precision.HIGHEST
     if op == "atb":
         return jax_tsmm.atb, lambda a, b: jnp.matmul(a.T, b, precision=highest)
+    if op == "gram":
+        return (lambda a: jax_tsmm.atb(a, a, conj=jnp.iscomplexobj(a)),
+                lambda a: jnp.matmul(jnp.conj(a).T, a, precision=highest))
     if op == "ab":
         return jax_tsmm.ab, lambda a, c: jnp.matmul(a, c, precision=highest)
     return (lambda q, c, v: jax_tsmm.ab(q, c, out=v, alpha=-1, beta=1),
@@ -251,9 +256,10 @@ def operand_sets(op: str, dtype, m: int, n: int, k: int, seed: int, batch: tuple
     """Sets of fresh random operands, each of shape ``batch`` + the problem's, for
     the timing loops to rotate between (``set_count``: two of the bench's 1 GiB
     matrices, more of smaller ones)."""
-    shapes = {"atb": [(k, m), (k, n)], "ab": [(k, m), (m, n)], "ab_update": [(k, m), (m, n), (k, n)]}[op]
+    shapes = {"atb": [(k, m), (k, n)], "ab": [(k, m), (m, n)], "ab_update": [(k, m), (m, n), (k, n)],
+              "gram": [(k, m)]}[op]
     shapes = [batch + shape for shape in shapes]
-    result = {"atb": m * n, "ab": k * n, "ab_update": 0}[op] * math.prod(batch)  # the update's is its last operand
+    result = {"atb": m * n, "ab": k * n, "ab_update": 0, "gram": m * n}[op] * math.prod(batch)  # the update's is its last operand
     itemsize = np.dtype(dtype).itemsize
     count = set_count(sum(math.prod(shape) for shape in shapes) * itemsize, result * itemsize)
     keys = iter(jax.random.split(jax.random.key(seed), count * len(shapes)))
@@ -263,9 +269,8 @@ def operand_sets(op: str, dtype, m: int, n: int, k: int, seed: int, batch: tuple
 def timed_kernel(op: str, dtype, m: int, n: int, k: int, device: str | None = None):
     """The kernel a call of this shape runs on this GPU, or None for XLA's dot; or
     the kernel dispatch picks for the GPU model ``device`` names."""
-    problem = _dispatch.named_problem(op, dtype, m, n)
-    spec = _dispatch.select(problem.op, dtype, m, n, k, 0, False, _cuda.arch(),
-                            _cuda.device_kind() if device is None else device, update=problem.update)
+    problem = _dispatch.named_problem(op, np.dtype(dtype).name, m, n)
+    spec = _dispatch.select_problem(problem, k, _cuda.arch(), _cuda.device_kind() if device is None else device)
     return spec if device is not None else _runs_here(spec)
 
 
@@ -292,13 +297,18 @@ def kernels_to_time(ops, dtypes, shapes, sweep_widths, sweep_ks, model: bool,
     tall_ops = [op for op in ops if op != "mtsm"]
     with dispatch_context(model):
         specs = [timed_kernel(op, d, m, n, problem_rows(m, n, d), device) for d in dtypes for op in tall_ops
-                 for m, n in shapes]
+                 for m, n in op_shapes(op, shapes)]
         specs += [timed_kernel(op, d, w, w, k, device) for d, w, k in sweep_points(dtypes, sweep_widths, sweep_ks)
                   for op in tall_ops]
         if "mtsm" in ops:
             specs += [timed_mtsm_kernel(d, t, n, size, device)
                       for d in dtypes for t in (False, True) for n in mtsm_widths for size in mtsm_sizes]
     return [spec for spec in dict.fromkeys(specs) if spec is not None]
+
+
+def op_shapes(op: str, shapes: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """The (M, N) of ``shapes`` that ``op`` has: a Gram matrix's are square."""
+    return [(m, n) for m, n in shapes if m == n or op != "gram"]
 
 
 def dispatch_context(model: bool):
@@ -424,7 +434,7 @@ def kernel_label(row: dict) -> str:
         return "XLA dot"
     label = ("wgmma 3xTF32" if c.get("wgmma") else "mma.sync 3xTF32" if c.get("tf32x3") else
              "DMMA" if c.get("mma") else "FMA flat" if c.get("mapping") == "flat" else "FMA")
-    return label + (", real view" if row.get("real_view") else "")
+    return label + (", triangle" if c.get("triangle") else "") + (", real view" if row.get("real_view") else "")
 
 
 def gigabytes_per_s(row: dict, library: str) -> float:
@@ -513,7 +523,7 @@ def plot(rows: list[dict], path: str, device: str) -> None:
         if op in MTSM_OPS:
             _plot_mtsm_panel(ax, panel_rows, f"{ {'mtsm': 'A X', 'mtsm_t': 'Aᵀ X'}[op]} {dtype}")
         else:
-            _plot_square_panel(ax, panel_rows, f"{ {'atb': 'Aᵀ B', 'ab': 'A C', 'ab_update': 'V − Q C'}[op]} {dtype}")
+            _plot_square_panel(ax, panel_rows, f"{ {'atb': 'Aᵀ B', 'ab': 'A C', 'ab_update': 'V − Q C', 'gram': 'Aᴴ A'}[op]} {dtype}")
         ax.set_ylim(0, 110)
         ax.axhline(90, color="gray", lw=0.5, ls="--")
         ax.set_ylabel("% of roofline")
@@ -650,7 +660,7 @@ def main(argv=None) -> None:
     started = time.perf_counter()
     _kernels.precompile(kernels, _cuda.arch())
     print(f"kernels ready in {time.perf_counter() - started:.0f} s", flush=True)
-    problems = [(op, d, m, n) for d in dtypes for op in tall_ops for m, n in shapes]
+    problems = [(op, d, m, n) for d in dtypes for op in tall_ops for m, n in op_shapes(op, shapes)]
     mtsm_count = 2 * len(dtypes) * len(mtsm_sizes) * len(mtsm_widths) if "mtsm" in ops else 0
     total = len(problems) + mtsm_count + len(tall_ops) * len(sweep_points(dtypes, sweep_widths, sweep_ks))
     counter = itertools.count(1)

@@ -363,20 +363,17 @@ def opening_specs(problem: Problem, specs: list[KernelSpec], k: int, range_idx: 
     kernel before the run; the second and third also as kernel -> where they
     come from. Where none of these nor any of ``specs`` exists, the model's
     kernel opens the run."""
-    incumbent = _dispatch.select(problem.op, problem.dtype, problem.m, problem.n, k, 0, problem.conj, arch,
-                                 device, update=problem.update)
+    incumbent = _dispatch.select_problem(problem, k, arch, device)
     real = _dispatch.real_view_problem(problem)
-    real_own = None if real is None else _dispatch.select(real.op, real.dtype, real.m, real.n, k, 0, False,
-                                                          arch, device, update=real.update)
+    real_own = None if real is None else _dispatch.select_problem(real, k, arch, device)
     origins = {}
     for other in _dispatch.other_models(arch, device):
-        spec = _dispatch.select(problem.op, problem.dtype, problem.m, problem.n, k, 0, problem.conj, arch,
-                                other, update=problem.update)
+        spec = _dispatch.select_problem(problem, k, arch, other)
         if spec is not None:
             origins.setdefault(spec, f"dispatch's choice on {other}")
     for spec, shape in nearby_winners(problem, range_idx, _dispatch.database(arch, device)).items():
         origins.setdefault(spec, f"the winner at {shape}")
-    plain = _dispatch.select(problem.op, problem.dtype, problem.m, problem.n, k, 0, problem.conj, arch, device) \
+    plain = _dispatch.select_problem(dataclasses.replace(problem, update=False), k, arch, device) \
         if problem.update else None
     if plain is not None:
         update = dataclasses.replace(plain.problem, update=True)
@@ -524,9 +521,9 @@ def xla_at_aligned_k(problem: Problem, spec: KernelSpec, ceilings: dict, ours, x
     one; on an H200 XLA beat 10 of 64 float64 winners there): where XLA is faster,
     the fields by which dispatch takes it at multiples of that K. ``ours`` and
     ``xla`` are the timed calls (``bench.operations``)."""
-    dtype = np.dtype(problem.dtype)
-    sets = bench.operand_sets("atb", dtype, problem.m, problem.n, K_ALIGNED, seed=K_ALIGNED)
-    roof = bench.roofline_seconds("atb", dtype, problem.m, problem.n, K_ALIGNED, ceilings)
+    dtype, op = np.dtype(problem.dtype), op_name(problem)
+    sets = bench.operand_sets(op, dtype, problem.m, problem.n, K_ALIGNED, seed=K_ALIGNED)
+    roof = bench.roofline_seconds(op, dtype, problem.m, problem.n, K_ALIGNED, ceilings)
     xla_s = bench.seconds_per_call(xla, sets, roof)
     with _dispatch.forced(spec):
         ours_s = bench.seconds_per_call(ours, sets, roof)
@@ -655,7 +652,8 @@ def print_stale(problems: list, wanted, entries: dict) -> None:
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--ops", default="atb,ab",
-                        help="atb, ab, ab_update (ab's fused V - Q C), mtsm (A X), mtsm_t (Aᵀ X)")
+                        help="atb, ab, ab_update (ab's fused V - Q C), gram (atb(a, a), M = N), mtsm (A X), "
+                             "mtsm_t (Aᵀ X)")
     parser.add_argument("--dtypes", default="float64,float32,complex128,complex64")
     parser.add_argument("--shapes", default="1-64",
                         help="M = N values and M x N pairs, e.g. 1-64 or 3,8,13x48; mtsm's N values, e.g. 1,2,4,8")
@@ -725,7 +723,7 @@ def main(argv=None) -> None:
         return
     dtypes, ops = args.dtypes.split(","), args.ops.split(",")
     problems = [_dispatch.named_problem(op, dtype, m, n) for dtype in dtypes for op in ops if op not in MTSM_OPS
-                for m, n in bench.parse_shapes(args.shapes)]
+                for m, n in bench.op_shapes(op, bench.parse_shapes(args.shapes))]
     if set(ops) & set(MTSM_OPS):
         problems += [MtsmProblem(op == "mtsm_t", dtype, n) for dtype in dtypes for op in ops if op in MTSM_OPS
                      for n in bench.parse_widths(args.shapes)]

@@ -113,6 +113,12 @@ def _sample_specs() -> list[KernelSpec]:
         (Problem("atb", "float64", 57, 57, gram=True), Config(tile_m=4, tile_n=4, mapping="blocked", row_groups=3, rows_per_stage=48, stages=4, mma=True, stage_copy="bulk", blocks_per_sm=1)),
         (Problem("atb", "float32", 45, 45, gram=True), Config(tile_m=2, tile_n=5, mapping="blocked", row_groups=2, rows_per_stage=64, stages=3, mma=True, tf32x3=True, fma_edges=True)),
         (Problem("atb", "complex128", 50, 50, conj=True, gram=True), Config(tile_m=3, tile_n=2, mapping="blocked", row_groups=1, rows_per_stage=32, stages=2, mma=True, gauss=True, fma_edges=True, stage_copy="bulk_inline", blocks_per_sm=1)),
+        # ... their triangles alone: FMA interleaved (Aᴴ A), DMMA with bulk copies, Gauss's Aᴴ A, 3xTF32's
+        # transposed lone block in two row groups
+        (Problem("atb", "complex64", 7, 7, conj=True, gram=True), Config(tile_m=2, tile_n=2, row_groups=16, rows_per_stage=32, stages=4, unroll=2, triangle=True)),
+        (Problem("atb", "float64", 64, 64, gram=True), Config(tile_m=2, tile_n=2, mapping="blocked", row_groups=1, rows_per_stage=64, stages=4, mma=True, stage_copy="bulk", blocks_per_sm=1, triangle=True)),
+        (Problem("atb", "complex128", 24, 24, conj=True, gram=True), Config(tile_m=1, tile_n=1, mapping="blocked", row_groups=1, rows_per_stage=32, stages=2, mma=True, gauss=True, stage_copy="bulk_inline", blocks_per_sm=1, triangle=True)),
+        (Problem("atb", "float32", 40, 40, gram=True), Config(tile_m=3, tile_n=3, mapping="blocked", row_groups=2, rows_per_stage=64, stages=4, mma=True, tf32x3=True, stage_copy="bulk", triangle=True)),
     ]
     return specs + [KernelSpec(p, c) for p, c in variants]
 
@@ -182,6 +188,47 @@ def test_a_gram_matrix_stages_one_operand():
         assert one.name.startswith("tsmm_atb_gram_") and one.name != two.name
         source = module_source([one])
         assert "slot_b" not in source and not re.search(r"args\.b\b", source) and "* sb = sa;" in source
+    # DMMA's square tiles run the triangle alone where the tensor work binds: float64 from 32, complex128 from 16
+    square = Config(tile_m=2, tile_n=2, mapping="blocked", row_groups=2, rows_per_stage=64, stages=2, mma=True,
+                    stage_copy="bulk", blocks_per_sm=1)
+    for dtype, m, triangle in (("float64", 64, True), ("float64", 32, True), ("float64", 24, False),
+                               ("complex128", 16, True), ("complex128", 8, False)):
+        problem = Problem("atb", dtype, m, m, conj=dtype == "complex128", gram=True)
+        config = dataclasses.replace(square, gauss=dtype == "complex128")
+        carried = carried_to_gram(problem, config)
+        assert dataclasses.replace(carried, stages=2) == dataclasses.replace(config, triangle=triangle)
+    tf32 = dataclasses.replace(square, tf32x3=True, stage_copy="vector")
+    assert not carried_to_gram(Problem("atb", "float32", 64, 64, gram=True), tf32).triangle
+
+
+def test_a_gram_matrix_computes_its_triangle_alone():
+    """Config.triangle: the tiles on and above the diagonal of a square grid, T (T + 1)
+    / 2 of T x T, for Gram matrices of square tiles alone; each entry above the
+    diagonal is written to its mirror too, conjugated for Aᴴ A, whose diagonal is
+    written real; the search offers it
+    beside the whole grid's candidates, and its neighbours switch it."""
+    dmma = Config(tile_m=2, tile_n=2, mapping="blocked", row_groups=1, rows_per_stage=64, stages=4, mma=True,
+                  stage_copy="bulk", blocks_per_sm=1)
+    gram = Problem("atb", "float64", 64, 64, gram=True)
+    whole, triangle = KernelSpec(gram, dmma), KernelSpec(gram, dataclasses.replace(dmma, triangle=True))
+    assert (whole.tile_count, triangle.tile_count) == (16, 10) and triangle.consumer_threads == 10 * 32
+    assert "triangle" not in whole.source_fields and whole.name != triangle.name
+    for problem, config, reason in (
+            (dataclasses.replace(gram, gram=False), dmma, "triangle serves Gram"),
+            (gram, dataclasses.replace(dmma, tile_n=4), "square tiles"),
+            (Problem("atb", "float64", 50, 50, gram=True), dataclasses.replace(dmma, fma_edges=True), "FMA edges")):
+        with pytest.raises(InvalidSpec, match=reason):
+            validate(KernelSpec(problem, dataclasses.replace(config, triangle=True)))
+    hermitian = kernel_source(KernelSpec(Problem("atb", "complex64", 7, 7, conj=True, gram=True),
+                                         Config(tile_m=2, tile_n=2, row_groups=16, triangle=True)))
+    assert "diagonal_tile" in hermitian and "make_float2(acc_0_0.x, -acc_0_0.y)" in hermitian
+    assert "row == col ? make_float2(acc_0_0.x, 0) : acc_0_0" in hermitian  # Aᴴ A's real diagonal
+    assert "make_double(" not in kernel_source(triangle) and "= acc_0_0_0;" in kernel_source(triangle)
+    offered = candidates(gram, 12, "sm_90")
+    assert any(c.triangle for c in offered) and any(not c.triangle for c in offered)
+    assert all(c.tile_m == c.tile_n for c in offered if c.triangle)
+    assert dataclasses.replace(dmma, triangle=True) in neighbours(gram, dmma)
+    assert not any(c.triangle for c in candidates(dataclasses.replace(gram, gram=False), 12, "sm_90"))
 
 
 @pytest.mark.parametrize(

@@ -500,3 +500,36 @@ def test_complex_conjugated_atb_sets_aside_an_xla_entry_of_its_unconjugated_prod
     column = {"k_min": 0, "k_tuned": 1 << 20, "config": None}
     monkeypatch.setattr(_dispatch, "database", lambda *_: {"atb:complex64:1x6": [column]})
     assert _dispatch.select("atb", "complex64", 1, 6, 1 << 20, 0, True, real_view=False) is None
+
+
+def test_a_gram_matrix_tuned_as_its_own_operation(monkeypatch):
+    """A Gram matrix's own entries (op "gram", timed as Aᴴ A for a complex dtype:
+    ``named_problem``) serve it ahead of atb's carried ones, XLA's dot where they
+    chose it (at K aligned as it was timed), the small-K rule below their ranges;
+    atb's own calls keep atb's entries."""
+    from jax_tsmm import _dispatch
+    from jax_tsmm.codegen import Config, Problem
+    from jax_tsmm.codegen.search import candidates
+    from jax_tsmm.codegen.spec import named_problem, problem_key
+
+    gram = named_problem("gram", "complex128", 16, 16)
+    assert gram == Problem("atb", "complex128", 16, 16, conj=True, gram=True)
+    assert problem_key(gram) == "gram:complex128:16x16" and named_problem("gram", "float64", 8, 8).conj is False
+    pair, own = (dataclasses.asdict(c) for c in candidates(Problem("atb", "complex128", 16, 16), 2, "sm_90"))
+    triangle = [c for c in candidates(gram, 12, "sm_90") if c.triangle][0]
+    database = {"atb:complex128:16x16": [{"k_min": 0, "k_tuned": 1 << 22, "config": pair}],
+                "gram:complex128:16x16": [
+                    {"k_min": 1 << 17, "k_tuned": 1 << 20, "config": None},
+                    {"k_min": 1 << 21, "k_tuned": 3 << 20, "config": dataclasses.asdict(triangle)}]}
+    monkeypatch.setattr(_dispatch, "database", lambda *_: database)
+
+    def chosen(k, gram=True):
+        spec = _dispatch.select("atb", "complex128", 16, 16, k, 0, True, gram=gram, real_view=False)
+        return spec and spec.config
+
+    assert chosen(3 << 20) == triangle
+    assert chosen(1 << 20) is None and chosen(5 << 18) == triangle  # XLA's at K aligned as it was timed
+    assert chosen(1 << 10) is None  # the small-K rule
+    assert chosen(3 << 20, gram=False) == Config(**pair)
+    monkeypatch.setattr(_dispatch, "database", lambda *_: {"atb:complex128:16x16": database["atb:complex128:16x16"]})
+    assert chosen(3 << 20) != triangle and not chosen(3 << 20).triangle  # atb's carried (twice the stages)

@@ -961,6 +961,18 @@ GRAM_CASES = [  # one per family of staging and arithmetic; None: the model's co
     ("complex128", 50, True, Config(tile_m=3, tile_n=2, mapping="blocked", row_groups=1, rows_per_stage=32, stages=2,
                                     mma=True, gauss=True, fma_edges=True, stage_copy="bulk_inline", blocks_per_sm=1)),
     ("float32", 64, False, None),
+    # the triangle alone (Config.triangle): FMA interleaved (Aᴴ A), DMMA with bulk copies, Gauss's Aᴴ A,
+    # 3xTF32's transposed lone block in two row groups, DMMA's transposed lone block of a 5-block edge
+    ("complex64", 7, True, Config(tile_m=2, tile_n=2, row_groups=16, rows_per_stage=32, stages=4, unroll=2,
+                                  triangle=True)),
+    ("float64", 64, False, Config(tile_m=2, tile_n=2, mapping="blocked", row_groups=1, rows_per_stage=64, stages=4,
+                                  mma=True, stage_copy="bulk", blocks_per_sm=1, triangle=True)),
+    ("complex128", 24, True, Config(tile_m=1, tile_n=1, mapping="blocked", row_groups=1, rows_per_stage=32, stages=2,
+                                    mma=True, gauss=True, stage_copy="bulk_inline", blocks_per_sm=1, triangle=True)),
+    ("float32", 40, False, Config(tile_m=3, tile_n=3, mapping="blocked", row_groups=2, rows_per_stage=64, stages=4,
+                                  mma=True, tf32x3=True, stage_copy="bulk", triangle=True)),
+    ("float64", 37, False, Config(tile_m=3, tile_n=3, mapping="blocked", row_groups=3, rows_per_stage=48, stages=3,
+                                  mma=True, lone_transposed=True, triangle=True)),
 ]
 
 
@@ -995,7 +1007,8 @@ def gram_kernels_compiled(request):
 def test_gram_kernels(dtype, m, conj, config, k, gram_kernels_compiled):
     """A Gram matrix's kernel (one operand staged once, read as both) forced on
     atb(a, a): it runs, within the error bound, the same bits on a second run. The
-    bound is that of any data: the diagonal sums positive terms, |a_i|²."""
+    bound is that of any data: the diagonal sums positive terms, |a_i|². The
+    triangle's kernels give an exactly Hermitian (symmetric) result."""
     spec = gram_spec(dtype, m, conj, config)
     a = random_operand(np.random.default_rng(), (k, m), dtype)
     with _dispatch.forced(spec):
@@ -1003,6 +1016,9 @@ def test_gram_kernels(dtype, m, conj, config, k, gram_kernels_compiled):
         out, again = run_gram(a, conj), run_gram(a, conj)
     assert_close(out, a, a, op="atb", conj=conj, random_data=False, err_msg=spec.name)
     assert np.array_equal(np.asarray(out), np.asarray(again))
+    if spec.config.triangle:
+        mirrored = np.conj(np.asarray(out)).T if conj else np.asarray(out).T
+        assert np.array_equal(np.asarray(out), mirrored)
 
 
 @pytest.mark.parametrize("dtype, m, batch", [("float64", 8, ()), ("float32", 48, ()), ("complex128", 16, (3,)),
