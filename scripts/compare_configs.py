@@ -5,7 +5,7 @@
         [--loop-seconds 0.3] [--json out.json]
     python3 scripts/compare_configs.py mtsm:float32:16384:16 --tuned --vary stages=2,3,4 [--splits model,4,8,16]
 
-For each shape (op:dtype:M:N; op atb, ab or ab_update; or mtsm:dtype:SIZE:N and
+For each shape (op:dtype:M:N; op atb, ab, ab_update or gram; or mtsm:dtype:SIZE:N and
 mtsm_t:dtype:SIZE:N, M = K = SIZE, or mtsm[_t]:dtype:MxK:N) the model's configuration
 (with --flat, the flat mapping's starting point; with --tuned, the kernel dispatch
 serves at that K, or mtsm's call size: the database's, a fitted or the model's,
@@ -65,8 +65,7 @@ def _tsmm_shape(shape: str, args, ceilings: dict):
     problem = _dispatch.named_problem(op, dtype, m, n)
     k = args.k or bench.problem_rows(m, n, np.dtype(dtype))
     base = flat_candidates(problem)[0] if args.flat else default_config(problem, _cuda.arch())
-    served = _dispatch.select(problem.op, dtype, m, n, k, 0, False, _cuda.arch(), _cuda.device_kind(),
-                              update=problem.update) if args.tuned else None
+    served = _dispatch.select_problem(problem, k, _cuda.arch(), _cuda.device_kind()) if args.tuned else None
     if served is not None:  # a complex problem's kernel may be its real view's: vary that kernel
         problem, base = served.problem, served.config
     sets = bench.operand_sets(op, np.dtype(dtype), m, n, k, seed=m * 1000 + n)
