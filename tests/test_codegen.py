@@ -125,14 +125,16 @@ def _sample_specs() -> list[KernelSpec]:
 
 def test_database_keys_name_their_problems():
     """A database key gives back the problem it was written for (conj, which keys leave
-    out, False), for the shipped databases' keys of every kind."""
+    out, False, but a complex Gram matrix's: Aᴴ A), for the shipped databases' keys of
+    every kind."""
     for problem in (Problem("atb", "complex64", 13, 48), Problem("ab", "float64", 64, 1),
-                    Problem("ab", "complex128", 7, 3, update=True)):
+                    Problem("ab", "complex128", 7, 3, update=True), Problem("atb", "float64", 8, 8, gram=True),
+                    Problem("atb", "complex64", 8, 8, conj=True, gram=True)):
         assert key_problem(problem_key(problem)) == problem
     for problem in (MtsmProblem(False, "float32", 16), MtsmProblem(True, "complex128", 1)):
         assert mtsm_key_problem(mtsm_key(problem.transpose_a, problem.dtype, problem.n)) == problem
     keys = set(_dispatch.database("sm_90", "NVIDIA H200"))  # the architecture's file and the H200's
-    assert {key.split(":")[0] for key in keys} == {"atb", "ab", "ab_update", "mtsm", "mtsm_t"}
+    assert {key.split(":")[0] for key in keys} == {"atb", "ab", "ab_update", "gram", "mtsm", "mtsm_t"}
     for key in keys:
         if key.startswith("mtsm"):
             problem = mtsm_key_problem(key)

@@ -1062,15 +1062,22 @@ def tuned_kernels_compiled(request):
 
 @pytest.mark.parametrize("key", sorted(TUNED_CASES))
 def test_tuned_kernels(key, tuned_kernels_compiled):
-    """Every kernel configuration the shipped tuning databases choose for atb, ab and
-    ab's fused update (complex calls' real views included), one database key a case
-    (``-k 'atb:complex128:37x37'`` runs one), on fresh random operands of an odd K.
-    (tests/test_mtsm_gpu.py runs their mtsm entries.)"""
+    """Every kernel configuration the shipped tuning databases choose for atb, ab,
+    ab's fused update and the Gram matrix (complex calls' real views included), one
+    database key a case (``-k 'atb:complex128:37x37'`` runs one), on fresh random
+    operands of an odd K. (tests/test_mtsm_gpu.py runs their mtsm entries.)"""
     rng = np.random.default_rng()
     for p, spec in TUNED_CASES[key]:
         k = 3 * spec.rows_per_chunk + 5
         if p.update:
             check_forced_update(p, spec, rng, k)
+            continue
+        if p.gram:  # one value passed as both operands
+            a = random_operand(rng, (k, p.m), p.dtype)
+            with _dispatch.forced(spec):
+                assert gram_kernel(a, p.conj) == spec.name
+                out = run_gram(a, p.conj)
+            assert_close(out, a, a, op="atb", conj=p.conj, random_data=False, err_msg=spec.name)
             continue
         a, b = operands(rng, p.op, p.dtype, k, p.m, p.n)
         with _dispatch.forced(spec):
