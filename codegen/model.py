@@ -402,7 +402,8 @@ def carried_to_gram(problem: Problem, config: Config) -> Config:
     carried = doubled if is_valid(KernelSpec(problem, doubled)) else config
     triangle = dataclasses.replace(carried, triangle=True)
     if (carried.mma and not carried.tf32x3 and problem.real_type == "double"
-            and gram_flops_per_byte(problem) >= TRIANGLE_MIN_FLOPS_PER_BYTE and is_valid(KernelSpec(problem, triangle))):
+            and gram_flops_per_byte(problem) >= TRIANGLE_MIN_FLOPS_PER_BYTE
+            and is_valid(KernelSpec(problem, triangle))):
         return triangle
     return carried
 

@@ -18,7 +18,8 @@ sets (more for smaller operands: ``set_count``); times are medians of several
 loops timed inside one jitted function.
 ``ab_update`` is the fused V - Q C (``ab(q, c, out=v, alpha=-1, beta=1)``)
 against ``v - q @ c``; ``gram`` the Gram matrix ``atb(a, a)`` (Aᴴ A for complex
-dtypes) against ``conj(a).T @ a``, at M = N only, as % of the read-once roofline. Each row names the kernel configuration it timed (None:
+dtypes) against ``conj(a).T @ a``, at M = N only, as % of the read-once
+roofline. Each row names the kernel configuration it timed (None:
 dispatch chose XLA's dot; with ``real_view`` that of the real kernel a complex
 problem ran as, see ``_dispatch``); ``--model`` times the model's kernel everywhere,
 ignoring the tuning database, which is how the database is rebuilt
@@ -259,7 +260,8 @@ def operand_sets(op: str, dtype, m: int, n: int, k: int, seed: int, batch: tuple
     shapes = {"atb": [(k, m), (k, n)], "ab": [(k, m), (m, n)], "ab_update": [(k, m), (m, n), (k, n)],
               "gram": [(k, m)]}[op]
     shapes = [batch + shape for shape in shapes]
-    result = {"atb": m * n, "ab": k * n, "ab_update": 0, "gram": m * n}[op] * math.prod(batch)  # the update's is its last operand
+    # the update's result is its last operand
+    result = {"atb": m * n, "ab": k * n, "ab_update": 0, "gram": m * n}[op] * math.prod(batch)
     itemsize = np.dtype(dtype).itemsize
     count = set_count(sum(math.prod(shape) for shape in shapes) * itemsize, result * itemsize)
     keys = iter(jax.random.split(jax.random.key(seed), count * len(shapes)))
@@ -523,7 +525,8 @@ def plot(rows: list[dict], path: str, device: str) -> None:
         if op in MTSM_OPS:
             _plot_mtsm_panel(ax, panel_rows, f"{ {'mtsm': 'A X', 'mtsm_t': 'Aᵀ X'}[op]} {dtype}")
         else:
-            _plot_square_panel(ax, panel_rows, f"{ {'atb': 'Aᵀ B', 'ab': 'A C', 'ab_update': 'V − Q C', 'gram': 'Aᴴ A'}[op]} {dtype}")
+            title = {'atb': 'Aᵀ B', 'ab': 'A C', 'ab_update': 'V − Q C', 'gram': 'Aᴴ A'}[op]
+            _plot_square_panel(ax, panel_rows, f"{title} {dtype}")
         ax.set_ylim(0, 110)
         ax.axhline(90, color="gray", lw=0.5, ls="--")
         ax.set_ylabel("% of roofline")
