@@ -207,8 +207,8 @@ def test_a_gram_matrix_computes_its_triangle_alone():
     """Config.triangle: the tiles on and above the diagonal of a square grid, T (T + 1)
     / 2 of T x T, for Gram matrices of square tiles alone; each entry above the
     diagonal is written to its mirror too, conjugated for Aᴴ A, whose diagonal is
-    written real; the search offers it
-    beside the whole grid's candidates, and its neighbours switch it."""
+    written real; the search offers it beside the whole grid's candidates, and its
+    neighbours switch it."""
     dmma = Config(tile_m=2, tile_n=2, mapping="blocked", row_groups=1, rows_per_stage=64, stages=4, mma=True,
                   stage_copy="bulk", blocks_per_sm=1)
     gram = Problem("atb", "float64", 64, 64, gram=True)
