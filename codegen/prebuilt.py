@@ -69,10 +69,10 @@ def prebuilt_specs(databases: tuple[dict, ...] = ()) -> list[KernelSpec]:
             for entry in entries.get(problem_key(problem), []):
                 if entry["config"] is not None and not entry.get("real_view", False):
                     specs.append(KernelSpec(problem, Config(**entry["config"])))
-    grams = [dataclasses.replace(s.problem, gram=True) for s in specs]
-    specs += [KernelSpec(gram, carried_to_gram(gram, s.config)) for s, gram in zip(specs, grams)
-              if gram.op == "atb" and gram.m == gram.n]
-    for gram in dict.fromkeys(g for g in grams if g.op == "atb" and g.m == g.n):
+    grams = [(s, dataclasses.replace(s.problem, gram=True)) for s in specs
+             if s.problem.op == "atb" and s.problem.m == s.problem.n]
+    specs += [KernelSpec(gram, carried_to_gram(gram, s.config)) for s, gram in grams]
+    for gram in dict.fromkeys(gram for _, gram in grams):
         for entries in databases:
             specs += [KernelSpec(gram, Config(**entry["config"])) for entry in entries.get(problem_key(gram), [])
                       if entry["config"] is not None and not entry.get("real_view", False)]

@@ -280,10 +280,7 @@ def _gram_entry(problem: Problem, k: int, arch: str, device: str) -> dict | None
     own = tuned(problem_key(problem), k, arch, device)
     if own is not None:
         return own
-    pair = dataclasses.replace(problem, gram=False)
-    entry = tuned(problem_key(pair), k, arch, device)
-    if pair.conj:
-        entry = _conjugated_entry(pair, entry, k, arch, device)
+    entry = _entry(dataclasses.replace(problem, gram=False), k, arch, device)
     if entry is None or entry["config"] is None:
         return entry
     kernel_problem = real_view_problem(problem) if entry.get("real_view", False) else problem

@@ -149,21 +149,27 @@ def _unsharded(aval):
     return jax.core.ShapedArray(aval.shape, aval.dtype, weak_type=aval.weak_type)
 
 
+def _manual_axes(ctx) -> tuple[set, set]:
+    """(the mesh axes a shard_map around the call is manual over, all the mesh's axes);
+    outside any shard_map, none."""
+    context = ctx.module_context.axis_context
+    manual = set(getattr(context, "manual_axes", frozenset()))
+    return manual, set(context.mesh.axis_names) if manual else set()
+
+
 def _partially_manual(ctx) -> bool:
     """Inside a shard_map that is manual over some but not all mesh axes."""
-    context = ctx.module_context.axis_context
-    manual = getattr(context, "manual_axes", frozenset())
-    return bool(manual) and set(manual) != set(context.mesh.axis_names)
+    manual, axes = _manual_axes(ctx)
+    return bool(manual) and manual != axes
 
 
 def _one_program(ctx) -> bool:
     """Whether every device runs the program as lowered: one device, or a shard_map
     manual over every mesh axis."""
-    context = ctx.module_context.axis_context
-    if getattr(context, "num_devices", None) == 1:
+    if getattr(ctx.module_context.axis_context, "num_devices", None) == 1:
         return True
-    manual = getattr(context, "manual_axes", frozenset())
-    return bool(manual) and set(manual) == set(context.mesh.axis_names)
+    manual, axes = _manual_axes(ctx)
+    return bool(manual) and manual == axes
 
 
 def _distinct_operands(local_prim, params: dict, args: tuple):

@@ -34,9 +34,8 @@ from jax_tsmm.codegen import KernelSpec
 jax.config.update("jax_enable_x64", True)
 
 
-def calls(dtype):
-    """(jax_tsmm's, XLA's) op(A)ᵀ B, conjugated for a complex ``dtype``."""
-    conj = bool(jnp.issubdtype(dtype, jnp.complexfloating))
+def pair_calls(conj: bool):
+    """(jax_tsmm's, XLA's) op(A)ᵀ B of two operands, conjugated with ``conj``."""
     ours = lambda a, b: jax_tsmm.atb(a, b, conj=conj)
     xla = lambda a, b: jnp.matmul((jnp.conj(a) if conj else a).T, b, precision=lax.Precision.HIGHEST)
     return ours, xla
@@ -49,21 +48,22 @@ def time_width(dtype, m: int, ceilings: dict) -> dict:
     gram_best = bench.roofline_seconds("gram", dtype, m, m, k, ceilings)
     pair_best = bench.roofline_seconds("atb", dtype, m, m, k, ceilings)
     row = {"dtype": np.dtype(dtype).name, "M": m, "K": k}
-    ours, xla = calls(dtype)
-    for library, call in (("tsmm", ours), ("xla", xla)):
-        row[f"{library}_gram_s"] = bench.seconds_per_call(lambda a: call(a, a), gram_sets, gram_best)
+    gram_problem = _dispatch.named_problem("gram", row["dtype"], m, m)  # Aᴴ A for a complex dtype
+    gram_calls, calls = bench.operations("gram"), pair_calls(gram_problem.conj)
+    for library, gram_call, call in zip(("tsmm", "xla"), gram_calls, calls):
+        row[f"{library}_gram_s"] = bench.seconds_per_call(gram_call, gram_sets, gram_best)
         row[f"{library}_pair_s"] = bench.seconds_per_call(call, pair_sets, pair_best)
         row[f"{library}_gram_pct"] = 100 * gram_best / row[f"{library}_gram_s"]
         row[f"{library}_pair_pct"] = 100 * pair_best / row[f"{library}_pair_s"]
     # The Gram kernel with the pair's stages, where dispatch's doubles them (model.carried_to_gram).
-    conj = bool(jnp.issubdtype(dtype, jnp.complexfloating))
-    gram = _dispatch.select("atb", dtype, m, m, k, 0, conj, _cuda.arch(), _cuda.device_kind(), gram=True)
-    pair = _dispatch.select("atb", dtype, m, m, k, 0, conj, _cuda.arch(), _cuda.device_kind())
+    gram = _dispatch.select_problem(gram_problem, k, _cuda.arch(), _cuda.device_kind())
+    pair = _dispatch.select_problem(dataclasses.replace(gram_problem, gram=False), k, _cuda.arch(),
+                                    _cuda.device_kind())
     row["gram_kernel"] = gram and gram.name
     if gram is not None and pair is not None and gram.config.stages != pair.config.stages:
         same = KernelSpec(gram.problem, dataclasses.replace(gram.config, stages=pair.config.stages))
         with _dispatch.forced(same):
-            row["tsmm_gram_pair_stages_s"] = bench.seconds_per_call(lambda a: ours(a, a), gram_sets, gram_best)
+            row["tsmm_gram_pair_stages_s"] = bench.seconds_per_call(gram_calls[0], gram_sets, gram_best)
         row["tsmm_gram_pair_stages_pct"] = 100 * gram_best / row["tsmm_gram_pair_stages_s"]
     return row
 
