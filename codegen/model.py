@@ -308,7 +308,7 @@ def default_config(problem: Problem, arch: str = "") -> Config:
 
 def _model_config(problem: Problem, arch: str) -> Config:
     if problem.gram:
-        return carried_to_gram(problem, default_config(dataclasses.replace(problem, gram=False), arch))
+        return carried_to_gram(problem, default_config(dataclasses.replace(problem, gram=False), arch), arch)
     if problem.update:
         return carried_to_update(problem, default_config(dataclasses.replace(problem, update=False), arch))
     if takes_wgmma(problem, arch):
@@ -386,20 +386,33 @@ def _fma_ab_config(problem: Problem, widest: int) -> Config:
         unroll=min(problem.m, 4), c_source=c_source, padded=True, stage_out=stage_out, blocks_per_sm=BLOCKS_PER_SM))
 
 
-def carried_to_gram(problem: Problem, config: Config) -> Config:
+def carried_to_gram(problem: Problem, config: Config, arch: str = "") -> Config:
     """atb's ``config`` of two operands for the Gram matrix ``problem`` of its shape
-    (one operand, staged once): twice the stages, each half the size, so that the
-    ring holds as many bytes in flight in as much shared memory; the same stages
-    where twice as many do not fit. On an H200 (2026-11-30, scripts/gram_timing.py,
-    two runs) twice the stages ran float64 4 at 93.0 and 91.3 % of the read-once
-    roofline against 83.8 and 81.9 % with the pair's, complex128 4 at 84.5 and 85.2
-    against 79.7 and 78.4, float32 32 at 96.4 and 101.5 against 92.3 and 92.3;
-    elsewhere from 3.3 points below (float32 8) to 4.7 above (complex64 32)
-    (performance.md, seventy-first round). Where DMMA's tensor work binds (double
-    precision, TRIANGLE_MIN_FLOPS_PER_BYTE) and the warp tiles are square, only
-    the triangle of them runs (Config.triangle)."""
-    doubled = dataclasses.replace(config, stages=2 * config.stages)
-    carried = doubled if is_valid(KernelSpec(problem, doubled)) else config
+    (one operand, staged once), for GPUs of ``arch`` (empty: any from sm_80), so that
+    the ring holds as many bytes in flight in as much shared memory: its stages, each
+    of twice the rows (whatever fits two operands' stages fits them), a DMMA kernel's
+    by bulk copies where ``arch`` has them (the rows rounded up to their passes) and
+    they serve; 3xTF32's twice the stages of the pair's rows where they fit. On an
+    H200 (2026-11-30, scripts/gram_timing.py, atb's kernels of 53 widths carried)
+    twice the rows ran 1-14 points above twice the stages at float64 5..31 (FMA
+    kernels, and DMMA's vector copies turned bulk: 17 at 88.4 against 70.7 % of the
+    read-once roofline), and within 2.4 points below to 8.8 above at float64 34..63
+    and complex128 (DMMA's bulk copies already); 3xTF32's lost 4.5-14.4 points
+    (float32 48, the real views of complex64 16 and 24) (performance.md,
+    seventy-third round). Where DMMA's tensor work binds (double precision,
+    TRIANGLE_MIN_FLOPS_PER_BYTE) and the warp tiles are square, only the triangle of
+    them runs (Config.triangle)."""
+    if config.tf32x3:
+        doubled = dataclasses.replace(config, stages=2 * config.stages)
+        carried = doubled if is_valid(KernelSpec(problem, doubled)) else config
+    else:
+        carried = dataclasses.replace(config, rows_per_stage=2 * config.rows_per_stage)
+    if config.mma and not config.tf32x3 and not KernelSpec(problem, config).bulk and arch and has_bulk_copies(arch):
+        bulk = dataclasses.replace(carried, stage_copy="bulk", ring_takes_chunks=False)
+        passes = KernelSpec(problem, bulk).rows_per_pass
+        bulk = dataclasses.replace(bulk, rows_per_stage=-(-bulk.rows_per_stage // passes) * passes)
+        if is_valid(KernelSpec(problem, bulk)):
+            carried = bulk
     triangle = dataclasses.replace(carried, triangle=True)
     if (carried.mma and not carried.tf32x3 and problem.real_type == "double"
             and gram_flops_per_byte(problem) >= TRIANGLE_MIN_FLOPS_PER_BYTE

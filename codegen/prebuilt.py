@@ -1,6 +1,6 @@
 """The prebuilt kernel set, and the build step that writes it for CMake.
 
-    python -m codegen.prebuilt --out-dir DIR [--tuning jax_tsmm/tuning/sm_90*.json]
+    python -m codegen.prebuilt --out-dir DIR [--tuning jax_tsmm/tuning/sm_90*.json --arch sm_90]
 
 writes tsmm_args.h, mtsm_args.h, prebuilt_kernels.h, prebuilt_registry.cu,
 prebuilt_0.cu .. prebuilt_{SHARDS-1}.cu and prebuilt_mtsm_0.cu ..
@@ -11,7 +11,8 @@ code alone (wgmma), which CMake compiles apart for that target. Shapes outside
 this set are generated and compiled at run time. With ``--tuning`` (the
 databases of the architecture the extension is built for, sm_90) the set also
 holds the kernels those databases choose for its problems, which dispatch picks
-there over the model's; without it the sm_90a files hold no kernel.
+there over the model's, and with ``--arch sm_90`` the Gram kernels carried as
+dispatch carries them there; without them the sm_90a files hold no kernel.
 """
 
 from __future__ import annotations
@@ -49,9 +50,9 @@ def prebuilt_problems() -> list[Problem]:
     return problems
 
 
-def prebuilt_specs(databases: tuple[dict, ...] = ()) -> list[KernelSpec]:
+def prebuilt_specs(databases: tuple[dict, ...] = (), arch: str = "") -> list[KernelSpec]:
     """The model's kernel of each prebuilt problem (for any architecture from sm_80),
-    then those the tuning ``databases`` (each file's ``entries``) choose for the
+    then those the tuning ``databases`` (each file's ``entries``, of ``arch``) choose for the
     problems themselves, at any K range, wgmma's (sm_90a) among them. Left out:
     entries that run a complex problem on its real view (their problem is
     another). On an H100 or H200 the shipped databases choose other kernels than
@@ -59,9 +60,9 @@ def prebuilt_specs(databases: tuple[dict, ...] = ()) -> list[KernelSpec]:
     2026-11-29, 5 wgmma kernels in those of 2026-11-30), which would otherwise
     compile at first use, or without nvcc leave those calls to XLA's dot.
     Each square atb kernel comes with its Gram matrix's twin (``Problem.gram``,
-    ``carried_to_gram``), which dispatch picks where one value is passed as both
-    operands and the databases have no "gram" entries, and so do the kernels those
-    entries choose."""
+    ``carried_to_gram`` as on GPUs of ``arch``), which dispatch picks where one value
+    is passed as both operands and the databases have no "gram" entries, and so do
+    the kernels those entries choose."""
     problems = prebuilt_problems()
     specs = [KernelSpec(p, default_config(p)) for p in problems]
     for problem in problems:
@@ -71,7 +72,7 @@ def prebuilt_specs(databases: tuple[dict, ...] = ()) -> list[KernelSpec]:
                     specs.append(KernelSpec(problem, Config(**entry["config"])))
     grams = [(s, dataclasses.replace(s.problem, gram=True)) for s in specs
              if s.problem.op == "atb" and s.problem.m == s.problem.n]
-    specs += [KernelSpec(gram, carried_to_gram(gram, s.config)) for s, gram in grams]
+    specs += [KernelSpec(gram, carried_to_gram(gram, s.config, arch)) for s, gram in grams]
     for gram in dict.fromkeys(gram for _, gram in grams):
         for entries in databases:
             specs += [KernelSpec(gram, Config(**entry["config"])) for entry in entries.get(problem_key(gram), [])
@@ -152,9 +153,9 @@ extern const int kTsmmPrebuiltCount;
 """
 
 
-def write(out_dir: pathlib.Path, databases: tuple[dict, ...] = ()) -> None:
+def write(out_dir: pathlib.Path, databases: tuple[dict, ...] = (), arch: str = "") -> None:
     out_dir.mkdir(parents=True, exist_ok=True)
-    specs, mtsm_specs = prebuilt_specs(databases), prebuilt_mtsm_specs(databases)
+    specs, mtsm_specs = prebuilt_specs(databases, arch), prebuilt_mtsm_specs(databases)
     (specs_any, specs_sm90a), (mtsm_any, mtsm_sm90a) = by_target(specs), by_target(mtsm_specs)
     files = {
         "tsmm_args.h": header(),
@@ -180,8 +181,11 @@ def main() -> None:
     parser.add_argument("--out-dir", type=pathlib.Path, required=True)
     parser.add_argument("--tuning", type=pathlib.Path, nargs="*", default=[],
                         help="tuning databases of the architecture built for, whose kernels join the set")
+    parser.add_argument("--arch", default="",
+                        help="the architecture built for, e.g. sm_90, whose Gram kernels are carried as its "
+                             "dispatch carries them (empty: any from sm_80)")
     args = parser.parse_args()
-    write(args.out_dir, tuple(json.loads(path.read_text())["entries"] for path in args.tuning))
+    write(args.out_dir, tuple(json.loads(path.read_text())["entries"] for path in args.tuning), args.arch)
 
 
 if __name__ == "__main__":

@@ -284,7 +284,7 @@ def _gram_entry(problem: Problem, k: int, arch: str, device: str) -> dict | None
     if entry is None or entry["config"] is None:
         return entry
     kernel_problem = real_view_problem(problem) if entry.get("real_view", False) else problem
-    config = carried_to_gram(kernel_problem, Config(**entry["config"]))
+    config = carried_to_gram(kernel_problem, Config(**entry["config"]), arch)
     return {**entry, "config": dataclasses.asdict(config),
             "rule": f"atb's kernel entry, carried to the Gram matrix: {describe_entry(entry)}"}
 

@@ -12,7 +12,8 @@
 # profile_model SHAPES and profile_xla SHAPES (Nsight Compute, with the pipes' utilization and the
 # instruction mix; scripts/profile_kernels.py), durations
 # SHAPES (each of our kernels' time on the GPU alone, by Nsight Compute), jit_timing
-# SHAPES (scripts/jit_timing.py: the bench's timing against plain jitted calls), batched
+# SHAPES (scripts/jit_timing.py: the bench's timing against plain jitted calls), gram_timing
+# SHAPES (scripts/gram_timing.py: Gram matrices against two operands), batched
 # SHAPES [--k K] [--batch B] (scripts/batched_timing.py: atb and ab under vmap), fresh ARGS
 # (issue 4's check as its reader makes it: `pip install .`, a wheel built in a build directory
 # of its own, then the bench ARGS run outside the tree with an empty kernel cache; the
@@ -86,6 +87,7 @@ for item in "$@"; do
         (cd "$fresh" && JAX_TSMM_CACHE_DIR="$fresh/cache" run_bench fresh $args)
       step reinstall python3 -m pip install --no-build-isolation --no-deps -e . ;;
     jit_timing) step jit_timing python3 scripts/jit_timing.py $args --json "$OUT/jit_timing.json" ;;
+    gram_timing) step gram_timing python3 scripts/gram_timing.py $args --json "$OUT/gram_timing.json" ;;
     batched) step batched python3 scripts/batched_timing.py $args --json "$OUT/batched.json" ;;
     compare)  # compare, compare2, ...: one JSON each
       compares=$((compares + 1)); [ $compares -gt 1 ] && name=compare$compares

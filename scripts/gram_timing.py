@@ -11,9 +11,11 @@ on the Gram matrix ``atb(a, a)`` and on two operands ``atb(a, b)``, conjugated
 for the complex dtypes (Aᴴ A, Aᴴ B; the bench times Aᵀ B). The Gram rows'
 percentages are of the read-once roofline (``bench.roofline_seconds`` of op
 "gram": K M elements at the read ceiling, or the FLOP peak where that binds),
-the pairs' of the bench's. Where the Gram kernel
-doubles the stages of the pair's (``codegen.model.carried_to_gram``), it is timed
-with the pair's stages too.
+the pairs' of the bench's. Where the Gram kernel is atb's carried to one
+operand (``codegen.model.carried_to_gram``: no "gram" entry of its own), atb's
+kernel is timed on the Gram matrix too as it stages a pair of operands (each
+stage of the pair's rows, "pair_stages") and with twice its stages of those rows
+("twice_stages"), the triangle as the Gram kernel's.
 """
 
 from __future__ import annotations
@@ -29,7 +31,8 @@ from jax import lax
 
 import jax_tsmm
 from jax_tsmm import _cuda, _dispatch, bench
-from jax_tsmm.codegen import KernelSpec
+from jax_tsmm.codegen import KernelSpec, carried_to_gram
+from jax_tsmm.codegen.model import is_valid
 
 jax.config.update("jax_enable_x64", True)
 
@@ -55,16 +58,21 @@ def time_width(dtype, m: int, ceilings: dict) -> dict:
         row[f"{library}_pair_s"] = bench.seconds_per_call(call, pair_sets, pair_best)
         row[f"{library}_gram_pct"] = 100 * gram_best / row[f"{library}_gram_s"]
         row[f"{library}_pair_pct"] = 100 * pair_best / row[f"{library}_pair_s"]
-    # The Gram kernel with the pair's stages, where dispatch's doubles them (model.carried_to_gram).
-    gram = _dispatch.select_problem(gram_problem, k, _cuda.arch(), _cuda.device_kind())
-    pair = _dispatch.select_problem(dataclasses.replace(gram_problem, gram=False), k, _cuda.arch(),
-                                    _cuda.device_kind())
+    # atb's kernel on the Gram matrix, staged as two operands would be, where dispatch carries it.
+    arch = _cuda.arch()
+    gram = _dispatch.select_problem(gram_problem, k, arch, _cuda.device_kind())
+    pair = _dispatch.select_problem(dataclasses.replace(gram_problem, gram=False), k, arch, _cuda.device_kind())
     row["gram_kernel"] = gram and gram.name
-    if gram is not None and pair is not None and gram.config.stages != pair.config.stages:
-        same = KernelSpec(gram.problem, dataclasses.replace(gram.config, stages=pair.config.stages))
-        with _dispatch.forced(same):
-            row["tsmm_gram_pair_stages_s"] = bench.seconds_per_call(gram_calls[0], gram_sets, gram_best)
-        row["tsmm_gram_pair_stages_pct"] = 100 * gram_best / row["tsmm_gram_pair_stages_s"]
+    if gram is not None and pair is not None and gram.config == carried_to_gram(gram.problem, pair.config, arch):
+        as_pair = dataclasses.replace(pair.config, triangle=gram.config.triangle)
+        for name, config in (("pair_stages", as_pair),
+                             ("twice_stages", dataclasses.replace(as_pair, stages=2 * as_pair.stages))):
+            spec = KernelSpec(gram.problem, config)
+            if config == gram.config or not is_valid(spec):
+                continue
+            with _dispatch.forced(spec):
+                row[f"tsmm_gram_{name}_s"] = bench.seconds_per_call(gram_calls[0], gram_sets, gram_best)
+            row[f"tsmm_gram_{name}_pct"] = 100 * gram_best / row[f"tsmm_gram_{name}_s"]
     return row
 
 
@@ -84,8 +92,8 @@ def main(argv=None) -> None:
             f"{library} gram {row[f'{library}_gram_s'] * 1e3:7.3f} ms {row[f'{library}_gram_pct']:5.1f} %, "
             f"pair {row[f'{library}_pair_s'] * 1e3:7.3f} ms {row[f'{library}_pair_pct']:5.1f} %"
             for library in ("tsmm", "xla")) + f"   gram: x{row['xla_gram_s'] / row['tsmm_gram_s']:.2f} XLA"
-            + (f"; the pair's stages {row['tsmm_gram_pair_stages_pct']:5.1f} %" if "tsmm_gram_pair_stages_s" in row
-               else ""), flush=True)
+            + "".join(f"; {name.replace('_', ' ')} {row[f'tsmm_gram_{name}_pct']:5.1f} %"
+                      for name in ("pair_stages", "twice_stages") if f"tsmm_gram_{name}_s" in row), flush=True)
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"device": jax.devices()[0].device_kind, "ceilings": ceilings, "rows": rows}, f, indent=1)

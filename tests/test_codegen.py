@@ -176,20 +176,35 @@ def test_gram_matrices_are_square_atb(problem):
 
 def test_a_gram_matrix_stages_one_operand():
     """The Gram matrix's kernel is its problem's kernel of two operands with a stage
-    of A alone, twice as many stages where they fit (``carried_to_gram``: as much
-    in flight, in as much shared memory), and a name of its own."""
-    for dtype, m in (("float64", 8), ("float32", 45), ("complex128", 50), ("float64", 64)):
+    of A alone, each of twice the rows (``carried_to_gram``: as many bytes in flight,
+    in as much shared memory), a DMMA kernel's by bulk copies on GPUs that have them,
+    3xTF32's twice the stages, and a name of its own."""
+    for dtype, m in (("float64", 4), ("float64", 20), ("float32", 45), ("complex128", 50), ("float64", 64)):
         pair = Problem("atb", dtype, m, m)
         gram = dataclasses.replace(pair, gram=True)
-        config = default_config(pair, "sm_90")
-        assert default_config(gram, "sm_90") == carried_to_gram(gram, config)
-        two, one = KernelSpec(pair, config), KernelSpec(gram, carried_to_gram(gram, config))
-        assert one.stage_elements() == (two.stage_elements()[0], 0) and two.stage_elements()[1] > 0
-        assert one.config == dataclasses.replace(config, stages=2 * config.stages)
-        assert one.config.stages * one.stage_bytes == two.config.stages * two.stage_bytes
-        assert one.name.startswith("tsmm_atb_gram_") and one.name != two.name
-        source = module_source([one])
-        assert "slot_b" not in source and not re.search(r"args\.b\b", source) and "* sb = sa;" in source
+        for arch in ("", "sm_90"):
+            config = default_config(pair, arch)
+            carried = carried_to_gram(gram, config, arch)
+            assert default_config(gram, arch) == carried
+            two, one = KernelSpec(pair, config), KernelSpec(gram, carried)
+            assert one.stage_elements()[1] == 0 and two.stage_elements()[1] > 0
+            assert one.config.stages == two.config.stages
+            if one.bulk and not two.bulk:  # twice the rows, rounded up to the bulk copies' passes
+                assert arch == "sm_90" and config.mma and one.config.rows_per_stage % one.rows_per_pass == 0
+                assert 0 <= one.config.rows_per_stage - 2 * config.rows_per_stage < one.rows_per_pass
+            else:
+                assert one.config == dataclasses.replace(config, rows_per_stage=2 * config.rows_per_stage,
+                                                         triangle=one.config.triangle)
+                assert one.stage_bytes <= two.stage_bytes
+            assert one.name.startswith("tsmm_atb_gram_") and one.name != two.name
+            source = module_source([one])
+            assert "slot_b" not in source and not re.search(r"args\.b\b", source) and "* sb = sa;" in source
+    assert KernelSpec(Problem("atb", "float64", 20, 20, gram=True), default_config(
+        Problem("atb", "float64", 20, 20, gram=True), "sm_90")).bulk  # the model's vector copies, carried in bulk
+    tiles = Config(tile_m=2, tile_n=5, mapping="blocked", row_groups=2, rows_per_stage=64, stages=3, mma=True,
+                   tf32x3=True, blocks_per_sm=1)
+    assert carried_to_gram(Problem("atb", "float32", 45, 45, gram=True), tiles, "sm_90") == dataclasses.replace(
+        tiles, stages=6)  # 3xTF32: twice the stages
     # DMMA's square tiles run the triangle alone where the tensor work binds: float64 from 32, complex128 from 16
     square = Config(tile_m=2, tile_n=2, mapping="blocked", row_groups=2, rows_per_stage=64, stages=2, mma=True,
                     stage_copy="bulk", blocks_per_sm=1)
@@ -197,8 +212,8 @@ def test_a_gram_matrix_stages_one_operand():
                                ("complex128", 16, True), ("complex128", 8, False)):
         problem = Problem("atb", dtype, m, m, conj=dtype == "complex128", gram=True)
         config = dataclasses.replace(square, gauss=dtype == "complex128")
-        carried = carried_to_gram(problem, config)
-        assert dataclasses.replace(carried, stages=2) == dataclasses.replace(config, triangle=triangle)
+        carried = carried_to_gram(problem, config, "sm_90")
+        assert dataclasses.replace(carried, rows_per_stage=64) == dataclasses.replace(config, triangle=triangle)
     tf32 = dataclasses.replace(square, tf32x3=True, stage_copy="vector")
     assert not carried_to_gram(Problem("atb", "float32", 64, 64, gram=True), tf32).triangle
 
@@ -1341,7 +1356,7 @@ def _shipped_sm90_databases() -> tuple[dict, ...]:
 @pytest.mark.nvcc
 def test_prebuilt_set_is_distinct_and_compiles(tmp_path):
     databases = _shipped_sm90_databases()
-    for specs, model_only in ((prebuilt_specs(databases), prebuilt_specs()),
+    for specs, model_only in ((prebuilt_specs(databases, "sm_90"), prebuilt_specs()),
                               (prebuilt_mtsm_specs(databases), prebuilt_mtsm_specs())):
         assert len({s.name for s in specs}) == len(specs) > len(model_only)
         assert not any(spec.arch_specific for spec in model_only)

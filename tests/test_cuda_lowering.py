@@ -474,7 +474,7 @@ def test_complex_conjugated_atb_sets_aside_an_xla_entry_of_its_unconjugated_prod
     """An atb entry that chose XLA's dot timed XLA's Aᵀ B: for Aᴴ B the key's kernel
     entry timed nearest K serves, else the model's kernel; below SMALL_K_COMPLEX
     the small-K rule stands, and so does a product of a single column. A Gram
-    matrix takes its key's entries, kernels carried to it (twice the stages), XLA's
+    matrix takes its key's entries, kernels carried to it (``carried_to_gram``), XLA's
     dot where the entry chose it."""
     from jax_tsmm import _dispatch
     from jax_tsmm.codegen import Config, Problem, carried_to_gram
@@ -495,8 +495,8 @@ def test_complex_conjugated_atb_sets_aside_an_xla_entry_of_its_unconjugated_prod
     assert chosen(1 << 24, conj=True) == default_config(dataclasses.replace(problem, conj=True))  # 2^19 too far
     assert chosen(1 << 10, conj=True) is None
     gram = Problem("atb", "complex64", 6, 6, conj=True, gram=True)
-    assert chosen(1 << 20, conj=True, gram=True) == carried_to_gram(gram, Config(**timed))
-    assert chosen(1 << 24, conj=True, gram=True) == default_config(gram)
+    assert chosen(1 << 20, conj=True, gram=True) == carried_to_gram(gram, Config(**timed), "sm_90")
+    assert chosen(1 << 24, conj=True, gram=True) == default_config(gram, "sm_90")
     column = {"k_min": 0, "k_tuned": 1 << 20, "config": None}
     monkeypatch.setattr(_dispatch, "database", lambda *_: {"atb:complex64:1x6": [column]})
     assert _dispatch.select("atb", "complex64", 1, 6, 1 << 20, 0, True, real_view=False) is None
