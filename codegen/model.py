@@ -394,10 +394,10 @@ def carried_to_gram(problem: Problem, config: Config, arch: str = "") -> Config:
     by bulk copies where ``arch`` has them (the rows rounded up to their passes) and
     they serve; 3xTF32's twice the stages of the pair's rows where they fit. On an
     H200 (2026-11-30, scripts/gram_timing.py, atb's kernels of 53 widths carried)
-    twice the rows ran 1-14 points above twice the stages at float64 5..31 (FMA
+    twice the rows ran 4-19 points above twice the stages at float64 5..31 (FMA
     kernels, and DMMA's vector copies turned bulk: 17 at 88.4 against 70.7 % of the
-    read-once roofline), and within 2.4 points below to 8.8 above at float64 34..63
-    and complex128 (DMMA's bulk copies already); 3xTF32's lost 4.5-14.4 points
+    read-once roofline), from 2.1 below to 8.8 above where DMMA copied in bulk
+    already (float64 34..63, complex128 24..48); 3xTF32's lost 4.4-14.4 points
     (float32 48, the real views of complex64 16 and 24) (performance.md,
     seventy-third round). Where DMMA's tensor work binds (double precision,
     TRIANGLE_MIN_FLOPS_PER_BYTE) and the warp tiles are square, only the triangle of
