@@ -52,7 +52,7 @@ def prebuilt_problems() -> list[Problem]:
 
 def prebuilt_specs(databases: tuple[dict, ...] = (), arch: str = "") -> list[KernelSpec]:
     """The model's kernel of each prebuilt problem (for any architecture from sm_80),
-    then those the tuning ``databases`` (each file's ``entries``, of ``arch``) choose for the
+    then those the tuning ``databases`` (each file's ``entries``) choose for the
     problems themselves, at any K range, wgmma's (sm_90a) among them. Left out:
     entries that run a complex problem on its real view (their problem is
     another). On an H100 or H200 the shipped databases choose other kernels than
