@@ -13,8 +13,8 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from .spec import (MMA_DTYPES, Config, InvalidSpec, KernelSpec, Problem, bulk_copies_serve, has_bulk_copies, has_wgmma,
-                   validate, wgmma_fragment_vector)
+from .spec import (MMA_DTYPES, Config, InvalidSpec, KernelSpec, Problem, _round_up, bulk_copies_serve, has_bulk_copies,
+                   has_wgmma, validate, wgmma_fragment_vector)
 
 TARGET_THREADS = 256
 MIN_THREADS = 128
@@ -410,7 +410,7 @@ def carried_to_gram(problem: Problem, config: Config, arch: str = "") -> Config:
     if config.mma and not config.tf32x3 and not KernelSpec(problem, config).bulk and arch and has_bulk_copies(arch):
         bulk = dataclasses.replace(carried, stage_copy="bulk", ring_takes_chunks=False)
         passes = KernelSpec(problem, bulk).rows_per_pass
-        bulk = dataclasses.replace(bulk, rows_per_stage=-(-bulk.rows_per_stage // passes) * passes)
+        bulk = dataclasses.replace(bulk, rows_per_stage=_round_up(bulk.rows_per_stage, passes))
         if is_valid(KernelSpec(problem, bulk)):
             carried = bulk
     triangle = dataclasses.replace(carried, triangle=True)
