@@ -9,7 +9,7 @@ carries a comment naming the technique it implements.
 from __future__ import annotations
 
 from .abi import PRELUDE
-from .spec import KernelSpec, validate
+from .spec import KernelSpec, dmma_step_blocks, validate
 
 _STAGE_COPY = r"""
 // One element as an asynchronous copy of its own size (4, 8 or 16 bytes).
@@ -411,29 +411,66 @@ def in_pair(i: int, tm: int) -> bool:
     return i < tm - tm % 2
 
 
-def dmma_products(tm: int, tn: int, acc, a, b, lone_transposed=False, spare="spare") -> list[str]:
-    """The DMMA steps of a tm x tn tile of 8x8 blocks; ``acc(i, j)`` names block
-    (i, j)'s accumulator pair (suffixes _0, _1), ``a(i)`` and ``b(j)`` its
+def dmma_products(tm: int, tn: int, acc, a, b, lone_transposed=False, spare="spare", live=None) -> list[str]:
+    """The DMMA steps of a tm x tn tile of 8x8 blocks (dmma_step_blocks); ``acc(i, j)``
+    names block (i, j)'s accumulator pair (suffixes _0, _1), ``a(i)`` and ``b(j)`` its
     fragments. Blocks i and i+1 share B, so each such pair is one m16n8k4. A lone
     last block of M is one m8n8k4 per block, or with ``lone_transposed``
     (Config.lone_transposed) computed transposed: B's blocks j and j+1 as the
     m16n8k4's 16 rows against its fragment as the 8 columns, a zero partner
     (into the pair ``spare``) at an odd last j; its sums then hold [2*(lane%4) + h][lane/4]
-    of each block."""
+    of each block. ``live(blocks)``, where given, is the condition under which a
+    step runs (None: always)."""
     lines = []
-    for i in range(0, tm - tm % 2, 2):
-        for j in range(tn):
-            lines.append(f"tsmm_dmma16({acc(i, j)}_0, {acc(i, j)}_1, {acc(i + 1, j)}_0, {acc(i + 1, j)}_1, "
-                         f"{a(i)}, {a(i + 1)}, {b(j)});")
-    if tm % 2 and not lone_transposed:
-        lines += [f"tsmm_dmma({acc(tm - 1, j)}_0, {acc(tm - 1, j)}_1, {a(tm - 1)}, {b(j)});" for j in range(tn)]
-    elif tm % 2:
-        for j in range(0, tn, 2):
-            low, b_low = ((f"{acc(tm - 1, j + 1)}_0", f"{acc(tm - 1, j + 1)}_1"), b(j + 1)) if j + 1 < tn else \
+    for blocks in dmma_step_blocks(tm, tn, lone_transposed):
+        i, j = blocks[0]
+        if in_pair(i, tm):
+            step = (f"tsmm_dmma16({acc(i, j)}_0, {acc(i, j)}_1, {acc(i + 1, j)}_0, {acc(i + 1, j)}_1, "
+                    f"{a(i)}, {a(i + 1)}, {b(j)});")
+        elif not lone_transposed:
+            step = f"tsmm_dmma({acc(i, j)}_0, {acc(i, j)}_1, {a(i)}, {b(j)});"
+        else:
+            low, b_low = ((f"{acc(i, j + 1)}_0", f"{acc(i, j + 1)}_1"), b(j + 1)) if len(blocks) == 2 else \
                 ((f"{spare}_0", f"{spare}_1"), "0.0")
-            lines.append(f"tsmm_dmma16({acc(tm - 1, j)}_0, {acc(tm - 1, j)}_1, {low[0]}, {low[1]}, "
-                         f"{b(j)}, {b_low}, {a(tm - 1)});")
+            step = f"tsmm_dmma16({acc(i, j)}_0, {acc(i, j)}_1, {low[0]}, {low[1]}, {b(j)}, {b_low}, {a(i)});"
+        condition = live(blocks) if live else None
+        lines.append(f"if ({condition}) {step}" if condition else step)
     return lines
+
+
+def _idle_block_skips(spec: KernelSpec):
+    """(declarations, live) for dmma_products where the spec skips idle blocks
+    (KernelSpec.skips_idle_blocks): a flag per block of the warp tile that is idle
+    in some tile (KernelSpec.block_idle), declared where a step takes it, and
+    ``live(blocks)``, the condition of a step (None where one of its blocks is
+    never idle); without skips, ([], None)."""
+    if not spec.skips_idle_blocks:
+        return [], None
+    p, c = spec.problem, spec.config
+    places = spec.tile_places()
+    flags = {}
+    for i in range(c.tile_m):
+        for j in range(c.tile_n):
+            if not any(spec.block_idle(place, i, j) for place in places):
+                continue
+            parts = [f"warp_{axis} * {tile} + {index} < {spec.mma_blocks(width)}"
+                     for axis, tile, index, width in (("m", c.tile_m, i, p.m), ("n", c.tile_n, j, p.n))
+                     if any(place[axis == "n"] * tile + index >= spec.mma_blocks(width) for place in places)]
+            flags[i, j] = " && ".join(parts + (["!diagonal_tile"] if i > j else []))
+    used = {block for blocks in dmma_step_blocks(c.tile_m, c.tile_n, c.lone_transposed)
+            if all(block in flags for block in blocks) for block in blocks}
+    declarations = [
+        "// Idle blocks (Config.triangle): a block past the width, or below a diagonal tile's",
+        "// diagonal, is never stored, so the warp skips each tensor step whose blocks all are",
+        "// idle (a branch uniform over the warp): the tensor work of the triangle alone.",
+        *[f"const bool live_{i}_{j} = {condition};" for (i, j), condition in flags.items() if (i, j) in used],
+    ] if used else []
+
+    def live(blocks) -> str | None:
+        if not all(block in flags for block in blocks):
+            return None
+        return " || ".join(f"live_{i}_{j}" for i, j in blocks)
+    return declarations, live
 
 
 def tf32_products(tm: int, tn: int, acc, a, b, terms=("lo_hi", "hi_lo", "hi_hi"), lone_transposed=False) -> list[str]:
@@ -959,6 +996,8 @@ def _atb_mma_body(spec: KernelSpec, ar: _Arith) -> tuple[list[str], list[tuple[s
     sum_parts = (("rr", ".x"), ("ii", ".y"), ("mix", "_mix")) if gauss else (("acc", ""),)
     spares = [f"spare_{name}" for name, _ in sum_parts] if gauss else ["spare"]
 
+    live_flags, live = _idle_block_skips(spec)
+
     def in_pairs(operand: str, i: int) -> bool:
         """Whether block i of the operand is half of an m16n8k4 A operand: A's pairs,
         or all of B's against a transposed lone block (dmma_products)."""
@@ -1010,7 +1049,7 @@ def _atb_mma_body(spec: KernelSpec, ar: _Arith) -> tuple[list[str], list[tuple[s
         for (name, part), spare in zip(sum_parts, spares):
             lines += dmma_products(tm, tn, lambda i, j, name=name: f"{name}_{i}_{j}",
                                    lambda i, part=part: f"a{i}{part}", lambda j, part=part: f"b{j}{part}",
-                                   lone_transposed=c.lone_transposed, spare=spare)
+                                   lone_transposed=c.lone_transposed, spare=spare, live=live)
         return lines
 
     # fma_edges: slot `edge_slot` takes rows edge_slot + u * slots of the result against the
@@ -1121,6 +1160,7 @@ def _atb_mma_body(spec: KernelSpec, ar: _Arith) -> tuple[list[str], list[tuple[s
           for i in range(tm) for j in range(tn) for h in range(2)],
         *([f"double {spare}_0 = 0, {spare}_1 = 0;  // the lone block's zero partner" for spare in spares]
           if c.lone_transposed and tn % 2 else []),
+        *live_flags,
         *sums,
         *edge_places,
         "",

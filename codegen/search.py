@@ -13,7 +13,7 @@ from . import mtsm
 from .model import SM_REGISTERS, SM_THREADS, _split, default_config, is_valid, occupancy_ok, wgmma_config
 from .mtsm import MtsmConfig, MtsmProblem, MtsmSpec
 from .spec import (FLAT_MAX_M, MAX_REGISTERS, MAX_THREADS, MMA_DTYPES, VECTOR_BYTES, Config, InvalidSpec,
-                   KernelSpec, Problem, has_bulk_copies, has_wgmma)
+                   KernelSpec, Problem, dmma_step_blocks, has_bulk_copies, has_wgmma)
 
 SM_PARTITIONS = 4
 STAGE_BYTES = (8 * 1024, 16 * 1024, 32 * 1024)
@@ -88,6 +88,8 @@ def score(spec: KernelSpec) -> float:
     if p.op == "atb":
         tile_blocks = c.tile_m * c.tile_n + ((c.tile_m % 2) * (c.tile_n % 2) if c.tf32x3 else 0)
         tiles = spec.tile_count * tile_blocks
+        if spec.skips_idle_blocks:  # the share of its tiles' tensor steps that it runs
+            tiles *= spec.tensor_steps / (spec.tile_count * _dmma_steps(c.tile_m, c.tile_n, c.lone_transposed))
         if c.fma_edges:  # an edge entry on the FMA units costs about two of a block's on the tensor cores
             tiles += EDGE_COST * (p.m * p.n - 64 * spec.mma_blocks(p.m) * spec.mma_blocks(p.n)) / 64
         useful = p.m * p.n / tiles
@@ -211,17 +213,14 @@ def _tensor_use(spec: KernelSpec) -> float:
     blocks). Gauss (Config.gauss) exists to save tensor time, so its candidates
     rank by it: at complex128 atb 57 (8x8 blocks) 2x4 tiles issue 96 steps, 3x4
     tiles 144 (108 with the lone block transposed)."""
-    c = spec.config
     useful = spec.mma_blocks(spec.problem.m) * spec.mma_blocks(spec.problem.n) / 2
-    return useful / (spec.tile_count * _dmma_steps(c.tile_m, c.tile_n, c.lone_transposed))
+    return useful / spec.tensor_steps
 
 
 def _dmma_steps(tile_m: int, tile_n: int, lone_transposed: bool = False) -> int:
-    """DMMA instructions per k-step of an atb warp tile, each an m16n8k4's tensor time
-    (Hopper issues m8n8k4 half-empty): pairs of blocks along M, and the lone block's
-    one per block, or per two with Config.lone_transposed."""
-    lone = (tile_n + 1) // 2 if lone_transposed else tile_n
-    return tile_m // 2 * tile_n + (lone if tile_m % 2 else 0)
+    """DMMA instructions per k-step of an atb warp tile (dmma_step_blocks), each an
+    m16n8k4's tensor time (Hopper issues m8n8k4 half-empty)."""
+    return len(dmma_step_blocks(tile_m, tile_n, lone_transposed))
 
 
 def _wgmma_candidates(problem: Problem) -> dict[Config, float]:

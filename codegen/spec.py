@@ -313,7 +313,12 @@ class Config:
                      48 and 64, complex128 16 and 32 on their real views) that is
                      the work of the computed tiles alone; the result is exactly
                      Hermitian, each pair of mirrored entries one sum (Aᴴ A's
-                     diagonal written real).
+                     diagonal written real). With DMMA the warps also skip the
+                     tensor steps of blocks that are never stored, below a
+                     diagonal tile's diagonal or past the width
+                     (KernelSpec.block_idle): 4x4 tiles of 7 blocks a side
+                     (float64 49..56) issue 16 steps where their three tiles
+                     hold 24.
     """
 
     tile_m: int = 1
@@ -389,6 +394,39 @@ class KernelSpec:
         if self.config.triangle:
             return self.tiles_m * (self.tiles_m + 1) // 2
         return self.tiles_m * self.tiles_n
+
+    def tile_places(self) -> list[tuple[int, int]]:
+        """atb: (warp_m, warp_n) on the grid of tiles of each tile index of a row group,
+        in the emitter's order (_tile_place): column-major, or with Config.triangle the
+        tiles on and above the diagonal column by column."""
+        if self.config.triangle:
+            return [(row, col) for col in range(self.tiles_m) for row in range(col + 1)]
+        return [(index % self.tiles_m, index // self.tiles_m) for index in range(self.tile_count)]
+
+    def block_idle(self, place: tuple[int, int], i: int, j: int) -> bool:
+        """DMMA atb with Config.triangle: whether block (i, j) of the tile at ``place``
+        computes nothing stored, lying past the width or below a diagonal tile's
+        diagonal (the warp skips a tensor step whose blocks all are idle)."""
+        (warp_m, warp_n), c, p = place, self.config, self.problem
+        return (warp_m * c.tile_m + i >= self.mma_blocks(p.m) or warp_n * c.tile_n + j >= self.mma_blocks(p.n)
+                or (warp_m == warp_n and i > j))
+
+    @property
+    def skips_idle_blocks(self) -> bool:
+        """DMMA atb's triangle (Config.triangle, not 3xTF32) skips the tensor steps of
+        idle blocks (block_idle)."""
+        return self.config.triangle and self.config.mma and not self.config.tf32x3
+
+    @property
+    def tensor_steps(self) -> int:
+        """DMMA atb: the tensor steps (m16n8k4 or half-empty m8n8k4, dmma_step_blocks)
+        a row group's warps issue per k-step, less those skipped (skips_idle_blocks)."""
+        c = self.config
+        steps = dmma_step_blocks(c.tile_m, c.tile_n, c.lone_transposed)
+        if not self.skips_idle_blocks:
+            return self.tile_count * len(steps)
+        return sum(not all(self.block_idle(place, i, j) for i, j in blocks)
+                   for place in self.tile_places() for blocks in steps)
 
     @property
     def edge_slots(self) -> int:
@@ -741,6 +779,21 @@ class KernelSpec:
         digest = hashlib.sha1(repr((p, sorted(self.source_fields.items()))).encode()).hexdigest()[:10]
         op = p.op + ("c" if p.conj else "") + ("_update" if p.update else "") + ("_gram" if p.gram else "")
         return f"tsmm_{op}_{p.dtype}_m{p.m}_n{p.n}_{digest}"
+
+
+def dmma_step_blocks(tile_m: int, tile_n: int, lone_transposed: bool = False) -> list[tuple[tuple[int, int], ...]]:
+    """The 8x8 blocks (i, j) of a tile_m x tile_n warp tile that each DMMA step
+    computes, in issue order: blocks i and i+1 of a column share B, one m16n8k4; a
+    lone last block of M runs alone, an m8n8k4 (which Hopper issues half-empty), or
+    with ``lone_transposed`` (Config.lone_transposed) beside its neighbour j+1 in one
+    m16n8k4 (alone at an odd last j)."""
+    steps = [((i, j), (i + 1, j)) for i in range(0, tile_m - tile_m % 2, 2) for j in range(tile_n)]
+    last = tile_m - 1
+    if tile_m % 2 and not lone_transposed:
+        steps += [((last, j),) for j in range(tile_n)]
+    elif tile_m % 2:
+        steps += [((last, j), (last, j + 1)) if j + 1 < tile_n else ((last, j),) for j in range(0, tile_n, 2)]
+    return steps
 
 
 def fragment_row_bytes(element_bytes: int, op: str) -> int:

@@ -962,7 +962,8 @@ GRAM_CASES = [  # one per family of staging and arithmetic; None: the model's co
                                     mma=True, gauss=True, fma_edges=True, stage_copy="bulk_inline", blocks_per_sm=1)),
     ("float32", 64, False, None),
     # the triangle alone (Config.triangle): FMA interleaved (Aᴴ A), DMMA with bulk copies, Gauss's Aᴴ A,
-    # 3xTF32's transposed lone block in two row groups, DMMA's transposed lone block of a 5-block edge
+    # 3xTF32's transposed lone block in two row groups, DMMA's transposed lone block of a 5-block edge,
+    # DMMA's and Gauss's tiles past the width (7 and 3 blocks a side), whose idle blocks are skipped
     ("complex64", 7, True, Config(tile_m=2, tile_n=2, row_groups=16, rows_per_stage=32, stages=4, unroll=2,
                                   triangle=True)),
     ("float64", 64, False, Config(tile_m=2, tile_n=2, mapping="blocked", row_groups=1, rows_per_stage=64, stages=4,
@@ -973,6 +974,10 @@ GRAM_CASES = [  # one per family of staging and arithmetic; None: the model's co
                                   mma=True, tf32x3=True, stage_copy="bulk", triangle=True)),
     ("float64", 37, False, Config(tile_m=3, tile_n=3, mapping="blocked", row_groups=3, rows_per_stage=48, stages=3,
                                   mma=True, lone_transposed=True, triangle=True)),
+    ("float64", 51, False, Config(tile_m=4, tile_n=4, mapping="blocked", row_groups=4, rows_per_stage=128, stages=2,
+                                  mma=True, stage_copy="bulk", blocks_per_sm=1, triangle=True)),
+    ("complex128", 20, True, Config(tile_m=2, tile_n=2, mapping="blocked", row_groups=2, rows_per_stage=64, stages=2,
+                                    mma=True, gauss=True, stage_copy="bulk", blocks_per_sm=1, triangle=True)),
 ]
 
 
