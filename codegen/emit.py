@@ -447,7 +447,7 @@ def _idle_block_skips(spec: KernelSpec):
     if not spec.skips_idle_blocks:
         return [], None
     p, c = spec.problem, spec.config
-    places = spec.tile_places()
+    places = spec.triangle_places()
     flags = {}
     for i in range(c.tile_m):
         for j in range(c.tile_n):

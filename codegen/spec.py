@@ -395,13 +395,11 @@ class KernelSpec:
             return self.tiles_m * (self.tiles_m + 1) // 2
         return self.tiles_m * self.tiles_n
 
-    def tile_places(self) -> list[tuple[int, int]]:
-        """atb: (warp_m, warp_n) on the grid of tiles of each tile index of a row group,
-        in the emitter's order (_tile_place): column-major, or with Config.triangle the
-        tiles on and above the diagonal column by column."""
-        if self.config.triangle:
-            return [(row, col) for col in range(self.tiles_m) for row in range(col + 1)]
-        return [(index % self.tiles_m, index // self.tiles_m) for index in range(self.tile_count)]
+    def triangle_places(self) -> list[tuple[int, int]]:
+        """Config.triangle: (warp_m, warp_n) on the grid of tiles of each tile of a row
+        group, in the emitter's order (_tile_place): on and above the diagonal, column
+        by column."""
+        return [(row, col) for col in range(self.tiles_m) for row in range(col + 1)]
 
     def block_idle(self, place: tuple[int, int], i: int, j: int) -> bool:
         """DMMA atb with Config.triangle: whether block (i, j) of the tile at ``place``
@@ -426,7 +424,7 @@ class KernelSpec:
         if not self.skips_idle_blocks:
             return self.tile_count * len(steps)
         return sum(not all(self.block_idle(place, i, j) for i, j in blocks)
-                   for place in self.tile_places() for blocks in steps)
+                   for place in self.triangle_places() for blocks in steps)
 
     @property
     def edge_slots(self) -> int:
