@@ -270,7 +270,7 @@ def test_the_triangle_skips_the_tensor_steps_of_idle_blocks(problem, tile, lone_
     source = kernel_source(spec)
     flags = dict(re.findall(r"const bool (live_\d+_\d+) = (.*);", source))
     emitted = list(dict.fromkeys(line.strip() for line in source.splitlines()
-                               if re.search(r"tsmm_dmma(16)?\((rr|acc)_", line)))
+                                 if re.search(r"tsmm_dmma(16)?\((rr|acc)_", line)))
     blocks = -(-problem.m // 8)
     tiles = -(-blocks // tile)
     covered, issued = [], 0
