@@ -66,18 +66,21 @@ def prebuilt_specs(databases: tuple[dict, ...] = (), arch: str = "") -> list[Ker
     problems = prebuilt_problems()
     specs = [KernelSpec(p, default_config(p)) for p in problems]
     for problem in problems:
-        for entries in databases:
-            for entry in entries.get(problem_key(problem), []):
-                if entry["config"] is not None and not entry.get("real_view", False):
-                    specs.append(KernelSpec(problem, Config(**entry["config"])))
+        specs += _tuned_specs(problem, databases)
     grams = [(s, dataclasses.replace(s.problem, gram=True)) for s in specs
              if s.problem.op == "atb" and s.problem.m == s.problem.n]
     specs += [KernelSpec(gram, carried_to_gram(gram, s.config, arch)) for s, gram in grams]
     for gram in dict.fromkeys(gram for _, gram in grams):
-        for entries in databases:
-            specs += [KernelSpec(gram, Config(**entry["config"])) for entry in entries.get(problem_key(gram), [])
-                      if entry["config"] is not None and not entry.get("real_view", False)]
+        specs += _tuned_specs(gram, databases)
     return _one_per_name(specs)
+
+
+def _tuned_specs(problem: Problem, databases: tuple[dict, ...]) -> list[KernelSpec]:
+    """The kernels the ``databases``' entries of ``problem``'s key choose for the
+    problem itself, at any K range (not XLA's dot, not a real view's)."""
+    return [KernelSpec(problem, Config(**entry["config"])) for entries in databases
+            for entry in entries.get(problem_key(problem), [])
+            if entry["config"] is not None and not entry.get("real_view", False)]
 
 
 def prebuilt_mtsm_problems() -> list[mtsm.MtsmProblem]:

@@ -1424,8 +1424,7 @@ def test_extension_holds_the_kernels_the_shipped_databases_choose_for_prebuilt_p
     for device, problem, k in itertools.product(("NVIDIA H100 80GB HBM3", "NVIDIA H200"), prebuilt_problems(),
                                                 (1 << 18, 1 << 22, 1 << 27)):
         for gram in (False, True) if problem.op == "atb" and problem.m == problem.n else (False,):
-            spec = _dispatch.select(problem.op, problem.dtype, problem.m, problem.n, k, 0, problem.conj, "sm_90",
-                                    device, update=problem.update, gram=gram)
+            spec = _dispatch.select_problem(dataclasses.replace(problem, gram=gram), k, "sm_90", device)
             if spec is not None and spec.problem == dataclasses.replace(problem, gram=gram):
                 assert spec.name in held, (device, k, spec.name)
                 kernels += spec.name not in {s.name for s in prebuilt_specs()}

@@ -532,4 +532,4 @@ def test_a_gram_matrix_tuned_as_its_own_operation(monkeypatch):
     assert chosen(1 << 10) is None  # the small-K rule
     assert chosen(3 << 20, gram=False) == Config(**pair)
     monkeypatch.setattr(_dispatch, "database", lambda *_: {"atb:complex128:16x16": database["atb:complex128:16x16"]})
-    assert chosen(3 << 20) != triangle and not chosen(3 << 20).triangle  # atb's carried (twice the stages)
+    assert chosen(3 << 20) != triangle and not chosen(3 << 20).triangle  # atb's carried (carried_to_gram)
