@@ -968,6 +968,8 @@ def _atb_fma_body(spec: KernelSpec, ar: _Arith) -> tuple[list[str], list[tuple[s
     for i in range(tm):
         for j in range(tn):
             guards = [g for g in (_valid("col_a", i, tiles_m, tm, pm, paneled), _valid("col_b", j, tiles_n, tn, p.n)) if g]
+            if c.triangle:  # a diagonal tile holds both halves of its entries: the upper one is kept
+                guards.append(f"(!diagonal_tile || col_a{i} <= col_b{j})")
             outputs.append((f"acc_{i}_{j}", f"col_a{i}", f"col_b{j}", " && ".join(guards) or None))
     return body, outputs
 
@@ -1085,8 +1087,9 @@ def _atb_mma_body(spec: KernelSpec, ar: _Arith) -> tuple[list[str], list[tuple[s
         "",
         f"// Edges on the FMA units (fma_edges): the tensor cores take the {core_m}x{core_n} core, so",
         f"// {p.m}x{p.n} pads to no extra block; slot `edge_slot` of {slots} (a lane quad) takes the",
-        f"// N edge's {edge_n} columns for rows edge_slot + u * {slots} and the M edge's {edge_m} rows",
-        f"// for core columns edge_slot + u * {slots}, the quad's lanes each on their fragment rows.",
+        f"// N edge's {edge_n} columns for rows edge_slot + u * {slots} and "
+        + (f"the M edge's {edge_m} rows for core columns" if n_units else "(Config.triangle) mirrors them onto"),
+        f"// {f'edge_slot + u * {slots}' if n_units else 'the M edge'}, the quad's lanes each on their fragment rows.",
         "const int edge_slot = warp * 8 + lane / 4;",
         *[f"const int edge_row{u} = min(edge_slot + {u * slots}, {p.m - 1});" for u in range(m_units)],
         *[f"const int edge_col{u} = min(edge_slot + {u * slots}, {core_n - 1});" for u in range(n_units)],
@@ -1191,11 +1194,16 @@ def _atb_mma_body(spec: KernelSpec, ar: _Arith) -> tuple[list[str], list[tuple[s
                 d_row, d_col = "lane / 4", f"2 * (lane % 4) + {h}"
                 m = f"((warp_m * {tm} + {i}) * 8 + {d_col if lone else d_row})"
                 n = f"((warp_n * {tn} + {j}) * 8 + {d_row if lone else d_col})"
-                outputs.append((f"acc_{i}_{j}_{h}", m, n, f"{m} < {min(core_m, p.m)} && {n} < {min(core_n, p.n)}"))
+                # The triangle's diagonal tiles hold both halves of their entries: the upper one is kept.
+                upper = f" && (!diagonal_tile || {m} <= {n})" if c.triangle else ""
+                outputs.append((f"acc_{i}_{j}_{h}", m, n, f"{m} < {min(core_m, p.m)} && {n} < {min(core_n, p.n)}"
+                                + upper))
     for u in range(m_units):
         for q in range(edge_n):
+            # The triangle's N edge holds the corner's both halves too (the M edge mirrors the rest).
+            upper = f" && edge_slot + {u * slots} <= {core_n + q}" if c.triangle else ""
             outputs.append((f"edge_m{u}_{q}", f"(edge_slot + {u * slots})", str(core_n + q),
-                            f"lane % 4 == 0 && edge_slot + {u * slots} < {p.m}"))
+                            f"lane % 4 == 0 && edge_slot + {u * slots} < {p.m}" + upper))
     for u in range(n_units):
         for q in range(edge_m):
             outputs.append((f"edge_n{u}_{q}", str(core_m + q), f"(edge_slot + {u * slots})",
@@ -1220,13 +1228,13 @@ def _atb_block_reduction(spec: KernelSpec, ar: _Arith, outputs) -> list[str]:
         if not c.triangle:
             entry = f"partial[{m} * {p.n} + {n}] = {acc};"
             return [f"if ({guard}) {entry}" if guard else entry]
-        # A diagonal tile holds both halves: it writes those on and above the diagonal, and
-        # mirrors them, so that each pair of mirrored entries is one sum (exactly Hermitian);
-        # Aᴴ A's diagonal, sums of |a|², is real: the rounding of its imaginary part is dropped.
+        # The entries on and above the diagonal (the outputs' guards) are mirrored, so that
+        # each pair of mirrored entries is one sum (exactly Hermitian); Aᴴ A's diagonal, sums
+        # of |a|², is real: the rounding of its imaginary part is dropped.
         value = f"row == col ? make_{e}({acc}.x, 0) : {acc}" if ar.conj else acc
         return ["{",
                 f"  const int row = {m}, col = {n};",
-                f"  if ({guard + ' && ' if guard else ''}(!diagonal_tile || row <= col)) {{",
+                f"  if ({guard}) {{",
                 f"    partial[row * {p.n} + col] = {value};",
                 f"    if (row != col) partial[col * {p.n} + row] = {ar.mirrored(acc)};",
                 "  }",

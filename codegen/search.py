@@ -90,8 +90,10 @@ def score(spec: KernelSpec) -> float:
         tiles = spec.tile_count * tile_blocks
         if spec.skips_idle_blocks:  # the share of its tiles' tensor steps that it runs
             tiles *= spec.tensor_steps / (spec.tile_count * _dmma_steps(c.tile_m, c.tile_n, c.lone_transposed))
-        if c.fma_edges:  # an edge entry on the FMA units costs about two of a block's on the tensor cores
-            tiles += EDGE_COST * (p.m * p.n - 64 * spec.mma_blocks(p.m) * spec.mma_blocks(p.n)) / 64
+        if c.fma_edges:  # an edge entry on the FMA units costs about two of a block's on the tensor cores;
+            # the triangle computes the N edge alone and mirrors it onto the M edge
+            edges = p.m * spec.edge(p.n) + (0 if c.triangle else spec.edge(p.m) * 8 * spec.mma_blocks(p.n))
+            tiles += EDGE_COST * edges / 64
         useful = p.m * p.n / tiles
     else:
         paired_m = c.tile_m + c.tile_m % 2 if c.mma else c.tile_m

@@ -305,7 +305,7 @@ class Config:
                      the tuner's local search decides (search.neighbours).
     triangle         atb's Gram matrix (Problem.gram) only, square tiles on a square
                      grid (tile_m = tile_n, as many tiles along M as along N), no
-                     panels or FMA edges: the result is Hermitian (symmetric for
+                     panels: the result is Hermitian (symmetric for
                      real dtypes and plain Aᵀ A), so only the tiles on and above
                      the diagonal are computed, T (T + 1) / 2 of a T x T grid, and
                      each entry above the diagonal is written to its mirror too
@@ -318,7 +318,11 @@ class Config:
                      diagonal tile's diagonal or past the width
                      (KernelSpec.block_idle): 4x4 tiles of 7 blocks a side
                      (float64 49..56) issue 16 steps where their three tiles
-                     hold 24.
+                     hold 24. With fma_edges the triangle of the core's tiles
+                     runs and the FMA units take the N edge alone, all M rows
+                     against the last N mod 8 columns, mirrored onto the M edge:
+                     float64 49 runs a triangle of 6 blocks a side and one edge
+                     column where it would pad to 7 blocks.
     """
 
     tile_m: int = 1
@@ -434,10 +438,12 @@ class KernelSpec:
     @property
     def edge_units(self) -> tuple[int, int]:
         """fma_edges: per slot, the rows of the result whose N-edge entries it takes (all
-        M rows among the slots) and the core columns whose M-edge entries it takes."""
+        M rows among the slots) and the core columns whose M-edge entries it takes (none
+        with Config.triangle, whose N edge's entries are mirrored onto the M edge)."""
         p = self.problem
         m_units = _ceil_div(p.m, self.edge_slots) if self.edge(p.n) else 0
-        n_units = _ceil_div(8 * self.mma_blocks(p.n), self.edge_slots) if self.edge(p.m) else 0
+        n_units = (_ceil_div(8 * self.mma_blocks(p.n), self.edge_slots)
+                   if self.edge(p.m) and not self.config.triangle else 0)
         return m_units, n_units
 
     @property
@@ -928,8 +934,8 @@ def validate(spec: KernelSpec) -> None:
         errors.append("gram applies to atb with M = N only")
     if c.stage_out and p.op != "ab":
         errors.append("stage_out applies to ab only")
-    if c.triangle and not (p.gram and c.tile_m == c.tile_n and c.m_panels == 1 and not c.fma_edges):
-        errors.append("triangle serves Gram matrices with square tiles, without panels or FMA edges")
+    if c.triangle and not (p.gram and c.tile_m == c.tile_n and c.m_panels == 1):
+        errors.append("triangle serves Gram matrices with square tiles, without panels")
     if c.mapping not in ("interleaved", "blocked", "flat"):
         errors.append(f"mapping must be 'interleaved', 'blocked' or 'flat', got {c.mapping!r}")
     if c.mapping == "flat" and not (

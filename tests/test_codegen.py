@@ -233,7 +233,7 @@ def test_a_gram_matrix_computes_its_triangle_alone():
     for problem, config, reason in (
             (dataclasses.replace(gram, gram=False), dmma, "triangle serves Gram"),
             (gram, dataclasses.replace(dmma, tile_n=4), "square tiles"),
-            (Problem("atb", "float64", 50, 50, gram=True), dataclasses.replace(dmma, fma_edges=True), "FMA edges")):
+            (gram, dataclasses.replace(dmma, m_panels=2), "without panels")):
         with pytest.raises(InvalidSpec, match=reason):
             validate(KernelSpec(problem, dataclasses.replace(config, triangle=True)))
     hermitian = kernel_source(KernelSpec(Problem("atb", "complex64", 7, 7, conj=True, gram=True),
@@ -246,6 +246,30 @@ def test_a_gram_matrix_computes_its_triangle_alone():
     assert all(c.tile_m == c.tile_n for c in offered if c.triangle)
     assert dataclasses.replace(dmma, triangle=True) in neighbours(gram, dmma)
     assert not any(c.triangle for c in candidates(dataclasses.replace(gram, gram=False), 12, "sm_90"))
+
+
+@pytest.mark.parametrize("m, dtype, tile", [(49, "float64", 3), (50, "float64", 2), (55, "complex128", 2)])
+def test_the_triangle_takes_the_n_edge_alone(m, dtype, tile):
+    """Config.triangle with fma_edges: the triangle of the core's tiles, and the FMA
+    units' N edge alone, mirrored onto the M edge. Evaluated for every slot, the
+    guards of the emitted edge stores write each entry of the edge columns on and
+    above the diagonal exactly once (the corner's upper half), where the whole grid
+    takes the M edge too."""
+    gauss = dtype == "complex128"
+    problem = Problem("atb", dtype, m, m, conj=gauss, gram=True)
+    config = Config(tile_m=tile, tile_n=tile, mapping="blocked", row_groups=2, rows_per_stage=64, stages=2,
+                    mma=True, gauss=gauss, stage_copy="bulk", fma_edges=True, blocks_per_sm=1, triangle=True)
+    spec = KernelSpec(problem, config)
+    validate(spec)
+    core = m // 8 * 8
+    assert spec.edge_units == (-(-m // spec.edge_slots), 0)
+    stores = re.findall(r"const int row = \(edge_slot \+ (\d+)\), col = (\d+);\n\s*if \((.*)\) \{",
+                        kernel_source(spec))
+    written = [(slot + int(unit), int(col)) for slot in range(spec.edge_slots) for unit, col, guard in stores
+               if eval(guard.replace("&&", " and "), dict(lane=0, edge_slot=slot))]
+    assert sorted(written) == [(row, col) for row in range(m) for col in range(core, m) if row <= col]
+    whole = KernelSpec(problem, dataclasses.replace(config, triangle=False))
+    assert whole.edge_units[1] > 0
 
 
 @pytest.mark.parametrize("problem, tile, lone_transposed, steps, unskipped", [
