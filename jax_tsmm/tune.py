@@ -273,8 +273,8 @@ def nearby_winners(problem: Problem, range_idx: int, entries: dict) -> dict[Kern
     """The NEARBY_WINNERS fastest kernels (by ``ranking_pct``, then the nearest)
     that won range ``range_idx`` at tuned widths of ``problem``'s op and dtype
     within NEARBY_REACH of its M and N, applied to ``problem`` (or its real view,
-    where that is what won) and valid there (``_fitted``), as kernel -> the width
-    it won at. A tile's padding covers a few more columns: on an H100
+    where that is what won) and valid there (``_fitted``), as kernel -> the key of
+    the entry it won (e.g. "atb:float64:9x9"). A tile's padding covers a few more columns: on an H100
     (2026-11-25) one real-view kernel won complex64 ab at each of 33..36 (93-94 %
     of roofline), where the model's ran 57-64 %."""
     key_op = op_name(problem)
@@ -292,18 +292,18 @@ def nearby_winners(problem: Problem, range_idx: int, entries: dict) -> dict[Kern
                 continue
             spec = _fitted(KernelSpec(target, Config(**entry["config"])))
             if spec is not None:
-                found.append((-ranking_pct(entry), distance, spec, f"{other.m}x{other.n}"))
+                found.append((-ranking_pct(entry), distance, spec, key))
     winners = {}
-    for *_, spec, shape in sorted(found, key=lambda item: item[:2]):
-        winners.setdefault(spec, shape)
+    for *_, spec, key in sorted(found, key=lambda item: item[:2]):
+        winners.setdefault(spec, key)
     return dict(list(winners.items())[:NEARBY_WINNERS])
 
 
 def stale_ranges(problem: Problem | MtsmProblem, entries: dict) -> dict[int, list[str]]:
     """The K ranges of ``problem``'s entries whose tuning could not have timed a
     winner ``nearby_winners`` offers now: a different kernel, tuned on a later
-    day (an undated entry predates every dated one), as range -> those winners'
-    shapes. ``--stale`` lists them, for a re-tune: on an H200 the float64 ab
+    day (an undated entry predates every dated one), as range -> the keys of
+    those winners' entries. ``--stale`` lists them, for a re-tune: on an H200 the float64 ab
     entries it flags at 28, 29, 31, 39, 41, 50, 51 and 58 gained 4.1-8.4 % in GB/s
     when re-tuned (sixty-fourth round). A complex problem's entry is stale too where
     its real view's own entry (the same bytes and work: complex64 Aᴴ B 26 × 26 is
@@ -325,14 +325,13 @@ def stale_ranges(problem: Problem | MtsmProblem, entries: dict) -> dict[int, lis
         def won_later(winner: dict, range_idx=range_idx, date=date) -> bool:
             return range_index(winner) == range_idx and winner.get("date", "") > date
 
-        later = [shape for spec, shape in nearby_winners(problem, range_idx, entries).items()
-                 if spec != own
-                 and any(map(won_later, entries[f"{_dispatch.op_name(problem)}:{problem.dtype}:{shape}"]))]
+        later = [key for spec, key in nearby_winners(problem, range_idx, entries).items()
+                 if spec != own and any(map(won_later, entries[key]))]
         if real is not None and any(
                 won_later(winner) and winner["config"] is not None
                 and KernelSpec(real, Config(**winner["config"])) != own
                 for winner in entries.get(_dispatch.problem_key(real), [])):
-            later.append(f"{real.dtype} {real.m}x{real.n}")
+            later.append(_dispatch.problem_key(real))
         if later:
             stale[range_idx] = later
     return stale
@@ -371,8 +370,8 @@ def opening_specs(problem: Problem, specs: list[KernelSpec], k: int, range_idx: 
         spec = _dispatch.select_problem(problem, k, arch, other)
         if spec is not None:
             origins.setdefault(spec, f"dispatch's choice on {other}")
-    for spec, shape in nearby_winners(problem, range_idx, _dispatch.database(arch, device)).items():
-        origins.setdefault(spec, f"the winner at {shape}")
+    for spec, key in nearby_winners(problem, range_idx, _dispatch.database(arch, device)).items():
+        origins.setdefault(spec, f"the winner of {key}")
     plain = _dispatch.select_problem(dataclasses.replace(problem, update=False), k, arch, device) \
         if problem.update else None
     if plain is not None:
@@ -642,7 +641,7 @@ def print_stale(problems: list, wanted, entries: dict) -> None:
         for range_idx, later in sorted(stale_ranges(problem, entries).items()):
             if range_idx in wanted(problem):
                 print(f"{_dispatch.problem_key(problem)} K>={k_ranges(problem)[range_idx][0]}: "
-                      f"later winners at {', '.join(later)}")
+                      f"later winners {', '.join(later)}")
                 shape = str(problem.m) if problem.m == problem.n else f"{problem.m}x{problem.n}"
                 shapes.setdefault((_dispatch.op_name(problem), problem.dtype), []).append(shape)
     for (op, dtype), listed in shapes.items():

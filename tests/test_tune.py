@@ -207,15 +207,15 @@ def test_stale_entries_predate_another_kernel_winning_nearby(monkeypatch, capsys
     kernel, tuned on a later day (an undated entry predates every dated one): its
     tuning could not time it. ``--stale`` lists such shapes for a re-tune."""
     problem, entries = _entries_with_a_stale_width(monkeypatch)
-    assert tune.stale_ranges(problem, entries) == {0: ["6x6"]}  # range 1: 6x6 won with 5x5's own kernel
+    assert tune.stale_ranges(problem, entries) == {0: ["atb:float64:6x6"]}  # range 1: 6x6 won with 5x5's own kernel
     third = entries["atb:float64:4x4"][0]["config"]  # another kernel than 5x5's
     entries["atb:float64:6x6"][1] = dict(entries["atb:float64:6x6"][1], config=third, date="2026-11-19")
-    assert tune.stale_ranges(problem, entries) == {0: ["6x6"], 1: ["6x6"]}  # undated: before any day
+    assert tune.stale_ranges(problem, entries) == {0: ["atb:float64:6x6"], 1: ["atb:float64:6x6"]}  # undated: before any day
     entries["atb:float64:5x5"][0]["date"] = "2026-11-22"
-    assert tune.stale_ranges(problem, entries) == {1: ["6x6"]}
+    assert tune.stale_ranges(problem, entries) == {1: ["atb:float64:6x6"]}
     monkeypatch.setattr(_dispatch, "database", lambda arch, device="": entries)
     tune.main(["--stale", "NVIDIA H200", "--ops", "atb", "--dtypes", "float64", "--shapes", "5", "--k-min", "1000"])
-    assert capsys.readouterr().out == ("atb:float64:5x5 K>=1000: later winners at 6x6\n"
+    assert capsys.readouterr().out == ("atb:float64:5x5 K>=1000: later winners atb:float64:6x6\n"
                                        "--ops atb --dtypes float64 --shapes 5\n")
 
 
@@ -235,7 +235,7 @@ def test_a_complex_entry_is_stale_where_its_real_view_won_later_with_another_ker
 
     entries = {_dispatch.problem_key(problem): [won(base, "2026-11-20", real_view=True)],
                _dispatch.problem_key(real): [won(other, "2026-11-21")]}
-    assert tune.stale_ranges(problem, entries) == {0: ["float32 6x6"]}
+    assert tune.stale_ranges(problem, entries) == {0: ["atb:float32:6x6"]}
     entries[_dispatch.problem_key(real)] = [won(other, "2026-11-20")]  # the same day: it may have competed
     assert tune.stale_ranges(problem, entries) == {}
     entries[_dispatch.problem_key(real)] = [won(base, "2026-11-21")]  # the complex entry's own kernel
@@ -263,7 +263,7 @@ def test_only_stale_takes_the_weakest_first(monkeypatch):
     problem, entries = _entries_with_a_stale_width(monkeypatch)
     weaker = Problem("atb", "float64", 7, 7)
     entries["atb:float64:7x7"] = [dict(entries["atb:float64:5x5"][0], tsmm_pct=80.0)]
-    monkeypatch.setattr(tune, "stale_ranges", lambda p, _: {0: ["6x6"]} if p in (problem, weaker) else {})
+    monkeypatch.setattr(tune, "stale_ranges", lambda p, _: {0: ["atb:float64:6x6"]} if p in (problem, weaker) else {})
     assert (tune.stale_pct(weaker, {0}, entries), tune.stale_pct(problem, {0}, entries)) == (80.0, 90.0)
     asked = []
     monkeypatch.setattr(_dispatch, "database", lambda arch, device="": entries)
@@ -306,23 +306,25 @@ def test_winners_at_nearby_widths_compete(monkeypatch):
         "ab:float64:5x5": [won(0, third, 99.0)],
         "mtsm:float64:n5": [won(0, third, 99.0)],
     }
-    assert tune.nearby_winners(problem, 0, entries) == {KernelSpec(problem, fastest): "9x9",
-                                                        KernelSpec(problem, nearest): "6x6"}
+    assert tune.nearby_winners(problem, 0, entries) == {KernelSpec(problem, fastest): "atb:float64:9x9",
+                                                        KernelSpec(problem, nearest): "atb:float64:6x6"}
     # A confirmed entry ranks by its short loops' figure, as the others' were timed
     confirmed = {**entries, "atb:float64:7x7": [won(0, third, 88.0, short_pct=96.0, loop_seconds=0.3)]}
-    assert tune.nearby_winners(problem, 0, confirmed) == {KernelSpec(problem, third): "7x7",
-                                                          KernelSpec(problem, fastest): "9x9"}
-    assert tune.nearby_winners(problem, 1, entries) == {KernelSpec(problem, third): "6x6"}
+    assert tune.nearby_winners(problem, 0, confirmed) == {KernelSpec(problem, third): "atb:float64:7x7",
+                                                          KernelSpec(problem, fastest): "atb:float64:9x9"}
+    assert tune.nearby_winners(problem, 1, entries) == {KernelSpec(problem, third): "atb:float64:6x6"}
     real_config = default_config(real_view)
     assert tune.nearby_winners(Problem("atb", "complex128", 5, 5), 0, {
-        "atb:complex128:6x6": [won(0, real_config, real_view=True)]}) == {KernelSpec(real_view, real_config): "6x6"}
+        "atb:complex128:6x6": [won(0, real_config, real_view=True)]}) == {
+            KernelSpec(real_view, real_config): "atb:complex128:6x6"}
     # A narrower width's tensor-core atb tile that does not fit comes with its edges on the FMA units
     tile = Config(tile_m=5, tile_n=5, mapping="blocked", row_groups=2, rows_per_stage=128, stages=2, unroll=2,
                   c_source="shared", padded=False, mma=True, tf32x3=True, stage_copy="bulk", blocks_per_sm=1)
     wider = Problem("atb", "float32", 82, 82)
     assert not fits_an_sm(KernelSpec(wider, tile))  # 18 warps of 5x5 blocks: more registers than an SM has
     edged = dataclasses.replace(tile, fma_edges=True)
-    assert tune.nearby_winners(wider, 0, {"atb:float32:80x80": [won(0, tile)]}) == {KernelSpec(wider, edged): "80x80"}
+    assert tune.nearby_winners(wider, 0, {"atb:float32:80x80": [won(0, tile)]}) == {
+        KernelSpec(wider, edged): "atb:float32:80x80"}
     assert tune.nearby_winners(Problem("atb", "float32", 84, 84), 0, {"atb:float32:80x80": [won(0, tile)]}) == {}
     # So does one whose blocks would no longer fit as many times an SM at the wider width
     crowded = Config(tile_m=2, tile_n=4, mapping="blocked", row_groups=3, rows_per_stage=48, stages=3, unroll=2,
@@ -330,7 +332,8 @@ def test_winners_at_nearby_widths_compete(monkeypatch):
     wider = Problem("atb", "float64", 33, 33)
     assert is_valid(KernelSpec(wider, crowded)) and not occupancy_ok(KernelSpec(wider, crowded))
     edged = dataclasses.replace(crowded, fma_edges=True)
-    assert tune.nearby_winners(wider, 0, {"atb:float64:30x30": [won(0, crowded)]}) == {KernelSpec(wider, edged): "30x30"}
+    assert tune.nearby_winners(wider, 0, {"atb:float64:30x30": [won(0, crowded)]}) == {
+        KernelSpec(wider, edged): "atb:float64:30x30"}
     monkeypatch.setattr(_dispatch, "database", lambda arch, device="": entries)
     assert {fastest, nearest}.isdisjoint(tune.candidates(problem, 2, "sm_90"))
     (entry, _) = tune.tune_problem(problem, CEILINGS, limit=2, arch="sm_90")
