@@ -1087,9 +1087,10 @@ def _atb_mma_body(spec: KernelSpec, ar: _Arith) -> tuple[list[str], list[tuple[s
         "",
         f"// Edges on the FMA units (fma_edges): the tensor cores take the {core_m}x{core_n} core, so",
         f"// {p.m}x{p.n} pads to no extra block; slot `edge_slot` of {slots} (a lane quad) takes the",
-        f"// N edge's {edge_n} columns for rows edge_slot + u * {slots} and "
-        + (f"the M edge's {edge_m} rows for core columns" if n_units else "(Config.triangle) mirrors them onto"),
-        f"// {f'edge_slot + u * {slots}' if n_units else 'the M edge'}, the quad's lanes each on their fragment rows.",
+        f"// N edge's {edge_n} columns for rows edge_slot + u * {slots}"
+        + (", mirrored onto the M edge (Config.triangle);" if c.triangle else
+           f" and the M edge's {edge_m} rows for core columns edge_slot + u * {slots};" if n_units else ";"),
+        "// the quad's lanes each on their fragment rows.",
         "const int edge_slot = warp * 8 + lane / 4;",
         *[f"const int edge_row{u} = min(edge_slot + {u * slots}, {p.m - 1});" for u in range(m_units)],
         *[f"const int edge_col{u} = min(edge_slot + {u * slots}, {core_n - 1});" for u in range(n_units)],
@@ -1200,7 +1201,7 @@ def _atb_mma_body(spec: KernelSpec, ar: _Arith) -> tuple[list[str], list[tuple[s
                                 + upper))
     for u in range(m_units):
         for q in range(edge_n):
-            # The triangle's N edge holds the corner's both halves too (the M edge mirrors the rest).
+            # The triangle's N edge holds both halves of the corner too (the M edge mirrors the rest).
             upper = f" && edge_slot + {u * slots} <= {core_n + q}" if c.triangle else ""
             outputs.append((f"edge_m{u}_{q}", f"(edge_slot + {u * slots})", str(core_n + q),
                             f"lane % 4 == 0 && edge_slot + {u * slots} < {p.m}" + upper))

@@ -274,9 +274,9 @@ def nearby_winners(problem: Problem, range_idx: int, entries: dict) -> dict[Kern
     that won range ``range_idx`` at tuned widths of ``problem``'s op and dtype
     within NEARBY_REACH of its M and N, applied to ``problem`` (or its real view,
     where that is what won) and valid there (``_fitted``), as kernel -> the key of
-    the entry it won (e.g. "atb:float64:9x9"). A tile's padding covers a few more columns: on an H100
-    (2026-11-25) one real-view kernel won complex64 ab at each of 33..36 (93-94 %
-    of roofline), where the model's ran 57-64 %."""
+    the entry it won (e.g. "atb:float64:9x9"). A tile's padding covers a few more
+    columns: on an H100 (2026-11-25) one real-view kernel won complex64 ab at each
+    of 33..36 (93-94 % of roofline), where the model's ran 57-64 %."""
     key_op = op_name(problem)
     found = []
     for key, key_entries in entries.items():
@@ -303,8 +303,8 @@ def stale_ranges(problem: Problem | MtsmProblem, entries: dict) -> dict[int, lis
     """The K ranges of ``problem``'s entries whose tuning could not have timed a
     winner ``nearby_winners`` offers now: a different kernel, tuned on a later
     day (an undated entry predates every dated one), as range -> the keys of
-    those winners' entries. ``--stale`` lists them, for a re-tune: on an H200 the float64 ab
-    entries it flags at 28, 29, 31, 39, 41, 50, 51 and 58 gained 4.1-8.4 % in GB/s
+    those winners' entries. ``--stale`` lists them, for a re-tune: on an H200 the
+    float64 ab entries it flags at 28, 29, 31, 39, 41, 50, 51 and 58 gained 4.1-8.4 % in GB/s
     when re-tuned (sixty-fourth round). A complex problem's entry is stale too where
     its real view's own entry (the same bytes and work: complex64 Aᴴ B 26 × 26 is
     float32 Aᵀ B 52 × 52) won later with another kernel, which the tuning times as

@@ -210,7 +210,8 @@ def test_stale_entries_predate_another_kernel_winning_nearby(monkeypatch, capsys
     assert tune.stale_ranges(problem, entries) == {0: ["atb:float64:6x6"]}  # range 1: 6x6 won with 5x5's own kernel
     third = entries["atb:float64:4x4"][0]["config"]  # another kernel than 5x5's
     entries["atb:float64:6x6"][1] = dict(entries["atb:float64:6x6"][1], config=third, date="2026-11-19")
-    assert tune.stale_ranges(problem, entries) == {0: ["atb:float64:6x6"], 1: ["atb:float64:6x6"]}  # undated: before any day
+    # undated: before any day
+    assert tune.stale_ranges(problem, entries) == {0: ["atb:float64:6x6"], 1: ["atb:float64:6x6"]}
     entries["atb:float64:5x5"][0]["date"] = "2026-11-22"
     assert tune.stale_ranges(problem, entries) == {1: ["atb:float64:6x6"]}
     monkeypatch.setattr(_dispatch, "database", lambda arch, device="": entries)
