@@ -430,13 +430,17 @@ def k_sweep(ceilings: dict, ops, dtypes, widths, ks=K_SWEEP, model: bool = False
 
 
 def kernel_label(row: dict) -> str:
-    """Which kind of kernel a row's jax_tsmm call ran, from the configuration it names."""
+    """Which kind of kernel a row's jax_tsmm call ran, from the configuration it names:
+    the instruction, then Gauss's three products, the Gram triangle, FMA edges and the
+    real view where they apply."""
     c = row.get("config")
     if c is None:
         return "XLA dot"
     label = ("wgmma 3xTF32" if c.get("wgmma") else "mma.sync 3xTF32" if c.get("tf32x3") else
              "DMMA" if c.get("mma") else "FMA flat" if c.get("mapping") == "flat" else "FMA")
-    return label + (", triangle" if c.get("triangle") else "") + (", real view" if row.get("real_view") else "")
+    marks = [("gauss", ", Gauss"), ("triangle", ", triangle"), ("fma_edges", ", FMA edges")]
+    return (label + "".join(mark for field, mark in marks if c.get(field))
+            + (", real view" if row.get("real_view") else ""))
 
 
 def gigabytes_per_s(row: dict, library: str) -> float:

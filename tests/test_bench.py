@@ -21,13 +21,15 @@ def _row(config: Config | None, real_view: bool = False) -> dict:
 
 def test_markdown_names_the_kernel_of_each_row():
     """Each row of the Markdown report says which kind of kernel ran: the tensor-core
-    paths by instruction, FMA tiles or the flat mapping, a complex problem's real
-    view, or XLA's dot where dispatch chose it."""
+    paths by instruction (with Gauss's products, the Gram triangle and FMA edges where
+    they run), FMA tiles or the flat mapping, a complex problem's real view, or XLA's
+    dot where dispatch chose it."""
     tf32 = Config(tile_m=2, tile_n=5, mma=True, tf32x3=True)
     rows = [
         (_row(dataclasses.replace(tf32, wgmma=True, c_source="shared")), "wgmma 3xTF32"),
         (_row(tf32), "mma.sync 3xTF32"),
         (_row(Config(mma=True), real_view=True), "DMMA, real view"),
+        (_row(Config(mma=True, gauss=True, fma_edges=True, triangle=True)), "DMMA, Gauss, triangle, FMA edges"),
         (_row(Config(mapping="flat")), "FMA flat"),
         (_row(Config()), "FMA"),
         (_row(None), "XLA dot"),
