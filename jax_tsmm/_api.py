@@ -14,6 +14,7 @@ from jax_tsmm._primitives import (
     check_dtypes,
     check_shapes,
     check_update_operand,
+    gram_p,
 )
 
 
@@ -49,11 +50,15 @@ def atb(a, b, *, conj: bool = False):
     """Aᵀ B (Aᴴ B with ``conj=True``) for tall & skinny A (..., K, M) and B (..., K, N).
 
     Returns (..., M, N), reduced over the long axis K. Leading batch axes
-    broadcast like ``jnp.matmul``.
+    broadcast like ``jnp.matmul``. One value passed as both operands is its Gram
+    matrix (``gram_p``): read once, and differentiated by one product where two
+    operands take two.
     """
     conj = _check_conj("atb", conj)
+    gram = a is b
     a, b = _prepare("atb", "a", a, "b", b, "K")
-    return atb_p.bind(a, b, conj=conj and jnp.iscomplexobj(a))
+    conj = conj and jnp.iscomplexobj(a)
+    return gram_p.bind(a, conj=conj) if gram else atb_p.bind(a, b, conj=conj)
 
 
 def _check_scale(name: str, arg_name: str, x, dtype):

@@ -1,7 +1,8 @@
-"""The two primitives and their rules.
+"""The primitives and their rules.
 
 ``atb_p``: a (*batch, K, M), b (*batch, K, N) -> (*batch, M, N) = op(a)ᵀ b
 ``ab_p``:  a (*batch, K, M), c (*batch, M, N) -> (*batch, K, N) = op(a) c
+``gram_p``: a (*batch, K, M) -> (*batch, M, M) = op(a)ᵀ a, atb of one value
 
 where op is the complex conjugate when ``conj=True`` and the identity otherwise.
 The operands of one call have batch shapes of equal rank whose dimensions are
@@ -354,6 +355,44 @@ ab_local_p = _register(
     ab_p, _ab_abstract_eval, ab_xla, _sharding.Rule(("k m", "m n"), "k n", sharded=("k",)),
     _ab_batch, _ab_transpose_a, _ab_transpose_c,
 )
+
+
+# --- gram ----------------------------------------------------------------------
+#
+# gram_p is what atb(a, a) binds, one value passed as both operands. It lowers as
+# atb_p of that value twice, which each device's kernel reads once (``_cuda``). Its
+# JVP is X + op(X)ᵀ with X = op(a)ᵀ da: atb's bilinear rule would take op(da)ᵀ a and
+# op(a)ᵀ da, each other's transposes, two products of the tall operands where this
+# takes one (and grad one ab where the bilinear rule's transposes take two); the
+# tangent is exactly Hermitian (symmetric), as the Gram matrix is.
+
+gram_p = Primitive("tsmm_gram")
+
+
+def _gram_abstract_eval(a, *, conj):
+    return _atb_abstract_eval(a, a, conj=conj)
+
+
+def _gram_as_atb(a, *, conj):
+    return atb_p.bind(a, a, conj=conj)
+
+
+def _gram_batch(args, dims, *, conj):
+    (a,), (dim,) = args, dims
+    return gram_p.bind(_batch_to_front(a, dim), conj=conj), 0
+
+
+def _gram_jvp(primals, tangents, *, conj):
+    (a,), (da,) = primals, tangents
+    product = atb_p.bind(a, da, conj=conj)
+    return gram_p.bind(a, conj=conj), product + _swap_last(_maybe_conj(product, conj))
+
+
+gram_p.def_impl(_eager_impl(gram_p))
+gram_p.def_abstract_eval(_gram_abstract_eval)
+batching.primitive_batchers[gram_p] = _gram_batch
+ad.primitive_jvps[gram_p] = _gram_jvp
+_sharding.register_through(gram_p, _gram_as_atb)
 
 
 # ab_update: sharded like ab (y and the result like a along K).

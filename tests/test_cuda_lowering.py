@@ -453,8 +453,8 @@ def test_atb_uses_xla_only_at_k_with_the_timed_power_of_two_factor(monkeypatch):
 
 def test_one_value_as_both_operands_lowers_to_the_gram_kernel():
     """atb(v, v), one value passed as both operands (a Gram matrix), lowers to the
-    kernel that stages it once (``Problem.gram``): under vmap, and as a complex
-    problem's real view. Two values, though of one shape, lower to the kernel of two."""
+    kernel that stages it once (``Problem.gram``): under vmap along any axis (``gram_p``
+    moves it once), and as a complex problem's real view. Two values, though of one shape, lower to the kernel of two."""
     def kernel(fn, *args):
         names = re.findall(r'kernel = "(tsmm_atb\w*)"', cuda_hlo(fn, *args))
         assert len(names) == 1
@@ -464,6 +464,7 @@ def test_one_value_as_both_operands_lowers_to_the_gram_kernel():
     gram = kernel(lambda x: jax_tsmm.atb(x, x), v)
     assert gram.startswith("tsmm_atb_gram_float64_m8_n8_")
     assert gram == kernel(jax.vmap(lambda x: jax_tsmm.atb(x, x)), jnp.ones((3, 1 << 18, 8)))
+    assert gram == kernel(jax.vmap(lambda x: jax_tsmm.atb(x, x), in_axes=1), jnp.ones((1 << 18, 3, 8)))
     assert not kernel(jax_tsmm.atb, v, w).startswith("tsmm_atb_gram")
     assert not kernel(lambda x: jax_tsmm.atb(x, x + 0), v).startswith("tsmm_atb_gram")
     complex_gram = kernel(lambda x: jax_tsmm.atb(x, x, conj=True), jnp.ones((1 << 18, 16), jnp.complex128))

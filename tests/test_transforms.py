@@ -208,6 +208,37 @@ def test_gradients_use_the_other_primitive():
     assert "tsmm_atb" in jaxpr and "tsmm_ab" in jaxpr and "dot_general" not in jaxpr
 
 
+@pytest.mark.parametrize("dtype, conj", [("float64", False), ("complex128", True), ("complex128", False)])
+def test_a_gram_matrix_differentiates_by_one_product(dtype, conj):
+    """atb(v, v), one value passed as both operands (``gram_p``): its tangent is
+    X + op(X)ᵀ with X = op(v)ᵀ dv, exactly Hermitian (symmetric), one product of the
+    tall operands where the bilinear rule takes two, and grad's transpose one ab;
+    both agree with jnp.matmul, under jit and under vmap along another axis."""
+    rng = np.random.default_rng(6)
+    v, dv = random_jax_operands(rng, dtype, (300, 5), (300, 5))
+    rtol = DERIVATIVE_RTOL[np.dtype(dtype)]
+
+    def gram(x):
+        return jax_tsmm.atb(x, x, conj=conj)
+
+    def loss(gram):
+        return lambda x: jnp.sum(jnp.abs(gram(x)) ** 2)
+
+    _, tangent = jax.jit(lambda x, t: jax.jvp(gram, (x,), (t,)))(v, dv)
+    _, want = jax.jvp(lambda x: atb_jnp(x, x, conj), (v,), (dv,))
+    assert_tree_close(tangent, want, rtol, "jvp")
+    assert np.array_equal(np.asarray(tangent), np.swapaxes(np.conj(tangent) if conj else tangent, 0, 1))
+    jvp_jaxpr = str(jax.make_jaxpr(lambda x, t: jax.jvp(gram, (x,), (t,)))(v, dv))
+    assert (jvp_jaxpr.count("tsmm_gram["), jvp_jaxpr.count("tsmm_atb[")) == (1, 1)
+    grad_jaxpr = str(jax.make_jaxpr(jax.grad(loss(gram)))(v))
+    assert (grad_jaxpr.count("tsmm_gram["), grad_jaxpr.count("tsmm_atb["), grad_jaxpr.count("tsmm_ab[")) == (1, 0, 1)
+    assert_tree_close(jax.jit(jax.grad(loss(gram)))(v), jax.grad(loss(lambda x: atb_jnp(x, x, conj)))(v), rtol, "grad")
+    stacked = jnp.stack([v, 2 * v, dv], axis=1)
+    got = jax.jit(jax.vmap(jax.grad(loss(gram)), in_axes=1, out_axes=1))(stacked)
+    for i in range(3):
+        assert_tree_close(got[:, i], jax.grad(loss(lambda x: atb_jnp(x, x, conj)))(stacked[:, i]), rtol, "vmap")
+
+
 # --- vmap ------------------------------------------------------------------------------------
 
 V = 3  # the vmapped axis' size
