@@ -67,6 +67,16 @@ def test_check_grads_atb(dtype, conj, batched):
 
 
 @pytest.mark.parametrize("dtype", ("float64", "complex128"))
+@pytest.mark.parametrize("conj", (False, True))
+def test_check_grads_gram(dtype, conj):
+    """atb(a, a) (``gram_p``), to order 2, both modes."""
+    (a,) = random_jax_operands(np.random.default_rng(7), dtype, (2, 7, 3))
+    f = lambda x: jax_tsmm.atb(x, x, conj=conj)  # noqa: E731
+    check_grads(f, (a,), order=2, modes=("fwd", "rev"))
+    check_grads(jax.jit(f), (a,), order=2, modes=("fwd", "rev"))
+
+
+@pytest.mark.parametrize("dtype", ("float64", "complex128"))
 @pytest.mark.parametrize("batched", (False, True))
 def test_check_grads_ab(dtype, batched):
     rng = np.random.default_rng(1)
