@@ -471,6 +471,16 @@ def test_one_value_as_both_operands_lowers_to_the_gram_kernel():
     assert complex_gram.startswith("tsmm_atb_gram_float64_m32_n32_")  # the model's real view
 
 
+def test_the_gradient_of_a_gram_matrix_lowers_to_its_kernel_and_one_ab():
+    """grad through atb(v, v) (``gram_p``): the forward Gram matrix on its kernel and
+    the backward pass one ab kernel (the bilinear rule's transposes took two)."""
+    v = jnp.ones((1 << 18, 8))
+    hlo = cuda_hlo(jax.grad(lambda x: jnp.sum(jax_tsmm.atb(x, x) ** 2)), v)
+    kernels = re.findall(r'kernel = "(tsmm_\w+)"', hlo)
+    assert len(kernels) == 2 and kernels[0].startswith("tsmm_atb_gram_float64_m8_n8_")
+    assert kernels[1].startswith("tsmm_ab_float64_m8_n8_")
+
+
 def test_complex_conjugated_atb_sets_aside_an_xla_entry_of_its_unconjugated_product(monkeypatch):
     """An atb entry that chose XLA's dot timed XLA's Aᵀ B: for Aᴴ B the key's kernel
     entry timed nearest K serves, else the model's kernel; below SMALL_K_COMPLEX
