@@ -169,6 +169,35 @@ def test_jit_vmap_grad_end_to_end():
     assert "tsmm_atb" in hlo and "tsmm_ab" in hlo
 
 
+@pytest.mark.parametrize("dtype", ["float64", "complex128"])
+def test_gram_matrix_derivatives_on_the_kernels(dtype):
+    """jit(grad) and jvp through atb(v, v) (``gram_p``), batched along K's neighbour
+    axis: the Gram kernel forward and one product backward (ab's kernel, or XLA's dot
+    where dispatch takes it); right against jnp.matmul's, the tangent exactly
+    Hermitian."""
+    rng = np.random.default_rng()
+    conj = dtype == "complex128"
+    v = random_operand(rng, (100_003, 3, 12), dtype)
+    dv = random_operand(rng, (100_003, 3, 12), dtype)
+
+    def loss(gram):
+        return lambda x: jnp.sum(jnp.abs(jax.vmap(gram, in_axes=1)(x)) ** 2)
+    ours = loss(lambda x: jax_tsmm.atb(x, x, conj=conj))
+    theirs = loss(lambda x: jnp.matmul(x.conj().T if conj else x.T, x, precision="highest"))
+    hlo = jax.jit(jax.grad(ours)).lower(v).as_text()
+    kernels = re.findall(r'kernel = "(tsmm_\w+)"', hlo)
+    assert "_gram_" in kernels[0] and all(k.startswith("tsmm_ab") for k in kernels[1:]), kernels
+    assert len(kernels[1:]) + hlo.count("stablehlo.dot_general") == 1, kernels
+    got, want = jax.jit(jax.grad(ours))(v), jax.grad(theirs)(v)
+    np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-10, atol=1e-8 * np.abs(want).max())
+    _, tangent = jax.jit(lambda x, t: jax.jvp(lambda y: jax_tsmm.atb(y, y, conj=conj), (x,), (t,)))(v[:, 0], dv[:, 0])
+    tangent = np.asarray(tangent)
+    assert np.array_equal(tangent, tangent.conj().T if conj else tangent.T)
+    reference = v[:, 0].conj().T @ dv[:, 0] if conj else v[:, 0].T @ dv[:, 0]
+    reference = reference + (reference.conj().T if conj else reference.T)
+    np.testing.assert_allclose(tangent, reference, rtol=1e-10, atol=1e-10 * np.abs(reference).max())
+
+
 def test_kernels_are_used():
     a = jnp.ones((1000, 5))
     hlo = jax.jit(lambda x: jax_tsmm.atb(x, x)).lower(a).compile().as_text()
