@@ -1057,6 +1057,10 @@ def _atb_mma_body(spec: KernelSpec, ar: _Arith) -> tuple[list[str], list[tuple[s
     # fma_edges: slot `edge_slot` takes rows edge_slot + u * slots of the result against the
     # N edge's columns (m-units) and core columns edge_slot + u * slots against the M
     # edge's rows (n-units); the lanes of a quad take the same entries on their own rows.
+    # The triangle's edges come from its diagonal tiles' A fragments instead: a thread's A
+    # element of block i is the operand's column (warp_m * tile_m + i) * 8 + lane / 4 at its
+    # k-row, so the N edge's entries of those rows take one load per edge column and row
+    # (the slots' take one per unit besides).
     acc_type = "float" if tf32 else "double"
     # Gauss's edges stay complex: one complex FMA (four real ones) per entry and row.
     edge_type, edge_zero = ("double2", ar.zero()) if gauss else (acc_type, "0")
@@ -1064,14 +1068,30 @@ def _atb_mma_body(spec: KernelSpec, ar: _Arith) -> tuple[list[str], list[tuple[s
     edge_m, edge_n = spec.edge(p.m), spec.edge(p.n)
     m_units, n_units = spec.edge_units
     slots = spec.edge_slots
+    triangle_edges = c.fma_edges and c.triangle
+    corner = [(i, q) for q in range(edge_n) for i in range(q + 1)] if triangle_edges else []
     edge_sums = [f"edge_m{u}_{q}" for u in range(m_units) for q in range(edge_n)] + \
-        [f"edge_n{u}_{q}" for u in range(n_units) for q in range(edge_m)]
+        [f"edge_n{u}_{q}" for u in range(n_units) for q in range(edge_m)] + \
+        [f"edge_{i}_{q}" for i in range(tm) for q in range(edge_n) if triangle_edges] + \
+        [f"corner_{i}_{q}" for i, q in corner]
 
     def edge_row(a_row: str, b_row: str, inside: str, suffix: str) -> list[str]:
         """One row of a slot's edge entries: A and B elements of its units and of the
-        edges, then an FMA per entry."""
+        edges, then an FMA per entry; the triangle's on its diagonal tiles, from their
+        A fragments."""
         def load(name: str, operand: str, row: str, col: str) -> str:
             return f"const {edge_type} {name}{suffix} = {inside} ? s{operand}[{row} + {col}] : {edge_zero};"
+        if triangle_edges:
+            return [
+                "if (diagonal_tile) {  // the N edge of the tile's own rows (a branch uniform over the warp)",
+                *["  " + load(f"eb_edge{q}", "b", b_row, str(core_n + q)) for q in range(edge_n)],
+                *["  " + line for i in range(tm) for q in range(edge_n)
+                  for line in ar.fma(f"edge_{i}_{q}", f"a{i}", f"eb_edge{q}")],
+                "  if (warp_m == 0) {  // and the corner, on and above its diagonal",
+                *["    " + line for i, q in corner for line in ar.fma(f"corner_{i}_{q}", f"eb_edge{i}", f"eb_edge{q}")],
+                "  }",
+                "}",
+            ]
         return [
             *[load(f"ea{u}", "a", a_row, f"edge_row{u}") for u in range(m_units)],
             *[load(f"eb_edge{q}", "b", b_row, str(core_n + q)) for q in range(edge_n) if m_units],
@@ -1086,16 +1106,22 @@ def _atb_mma_body(spec: KernelSpec, ar: _Arith) -> tuple[list[str], list[tuple[s
     edge_places = [
         "",
         f"// Edges on the FMA units (fma_edges): the tensor cores take the {core_m}x{core_n} core, so",
+        f"// {p.m}x{p.n} pads to no extra block; the triangle's diagonal tiles multiply the A fragments",
+        f"// they hold by the N edge's {edge_n} columns, the tile at (0, 0) also the corner's upper half,",
+        "// each lane on its fragment rows; the stores mirror them onto the M edge.",
+    ] if triangle_edges else [
+        "",
+        f"// Edges on the FMA units (fma_edges): the tensor cores take the {core_m}x{core_n} core, so",
         f"// {p.m}x{p.n} pads to no extra block; slot `edge_slot` of {slots} (a lane quad) takes the",
         f"// N edge's {edge_n} columns for rows edge_slot + u * {slots}"
-        + (", mirrored onto the M edge (Config.triangle);" if c.triangle else
-           f" and the M edge's {edge_m} rows for core columns edge_slot + u * {slots};" if n_units else ";"),
+        + (f" and the M edge's {edge_m} rows for core columns edge_slot + u * {slots};" if n_units else ";"),
         "// the quad's lanes each on their fragment rows.",
         "const int edge_slot = warp * 8 + lane / 4;",
         *[f"const int edge_row{u} = min(edge_slot + {u * slots}, {p.m - 1});" for u in range(m_units)],
         *[f"const int edge_col{u} = min(edge_slot + {u * slots}, {core_n - 1});" for u in range(n_units)],
-        f"{edge_type} {', '.join(f'{name} = {edge_zero}' for name in edge_sums)};",
     ] if spec.config.fma_edges else []
+    if spec.config.fma_edges:
+        edge_places.append(f"{edge_type} {', '.join(f'{name} = {edge_zero}' for name in edge_sums)};")
     edge_parts = [".x", ".y"] if gauss else [""]
     edge_quad_sums = [
         "// Edge sums: the four lanes of a quad took different rows of the same entries.",
@@ -1201,10 +1227,14 @@ def _atb_mma_body(spec: KernelSpec, ar: _Arith) -> tuple[list[str], list[tuple[s
                                 + upper))
     for u in range(m_units):
         for q in range(edge_n):
-            # The triangle's N edge holds both halves of the corner too (the M edge mirrors the rest).
-            upper = f" && edge_slot + {u * slots} <= {core_n + q}" if c.triangle else ""
             outputs.append((f"edge_m{u}_{q}", f"(edge_slot + {u * slots})", str(core_n + q),
-                            f"lane % 4 == 0 && edge_slot + {u * slots} < {p.m}" + upper))
+                            f"lane % 4 == 0 && edge_slot + {u * slots} < {p.m}"))
+    for i in range(tm if triangle_edges else 0):
+        m = f"((warp_m * {tm} + {i}) * 8 + lane / 4)"
+        for q in range(edge_n):
+            outputs.append((f"edge_{i}_{q}", m, str(core_n + q), f"lane % 4 == 0 && diagonal_tile && {m} < {core_m}"))
+    for i, q in corner:
+        outputs.append((f"corner_{i}_{q}", str(core_m + i), str(core_n + q), "lane == 0 && warp_m == 0 && warp_n == 0"))
     for u in range(n_units):
         for q in range(edge_m):
             outputs.append((f"edge_n{u}_{q}", str(core_m + q), f"(edge_slot + {u * slots})",

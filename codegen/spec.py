@@ -318,9 +318,12 @@ class Config:
                      diagonal tile's diagonal or past the width
                      (KernelSpec.block_idle): 4x4 tiles of 7 blocks a side
                      (float64 49..56) issue 16 steps where their three tiles
-                     hold 24. With fma_edges the triangle of the core's tiles
-                     runs and the FMA units take the N edge alone, all M rows
-                     against the last N mod 8 columns, mirrored onto the M edge:
+                     hold 24. With fma_edges (DMMA, Gauss; not 3xTF32, whose
+                     fragments are split) the triangle of the core's tiles runs,
+                     and the FMA units take the N edge alone, mirrored onto the M
+                     edge: each diagonal tile multiplies the A fragments it holds
+                     by the last N mod 8 columns (one load of each per row), and
+                     the tile at place (0, 0) also the corner's upper half:
                      float64 49 runs a triangle of 6 blocks a side and one edge
                      column where it would pad to 7 blocks.
     """
@@ -437,22 +440,34 @@ class KernelSpec:
 
     @property
     def edge_units(self) -> tuple[int, int]:
-        """fma_edges: per slot, the rows of the result whose N-edge entries it takes (all
-        M rows among the slots) and the core columns whose M-edge entries it takes (none
-        with Config.triangle, whose N edge's entries are mirrored onto the M edge)."""
+        """fma_edges of the whole grid: per slot, the rows of the result whose N-edge
+        entries it takes (all M rows among the slots) and the core columns whose M-edge
+        entries it takes; none with Config.triangle, whose diagonal tiles take the N
+        edge's entries of their own rows (triangle_edge_sums)."""
         p = self.problem
+        if self.config.triangle:
+            return 0, 0
         m_units = _ceil_div(p.m, self.edge_slots) if self.edge(p.n) else 0
-        n_units = (_ceil_div(8 * self.mma_blocks(p.n), self.edge_slots)
-                   if self.edge(p.m) and not self.config.triangle else 0)
+        n_units = _ceil_div(8 * self.mma_blocks(p.n), self.edge_slots) if self.edge(p.m) else 0
         return m_units, n_units
 
     @property
+    def triangle_edge_sums(self) -> tuple[int, int]:
+        """fma_edges with Config.triangle: the sums a thread of a diagonal tile holds, the
+        N edge's entries of its fragment rows (tile_m per edge column) and the corner's
+        entries on and above its diagonal (the tile at place (0, 0) alone stores them)."""
+        if not (self.config.fma_edges and self.config.triangle):
+            return 0, 0
+        edge = self.edge(self.problem.n)
+        return self.config.tile_m * edge, edge * (edge + 1) // 2
+
+    @property
     def edge_registers(self) -> int:
-        """fma_edges: the elements a thread holds for the edges, a slot's sums and, per
-        row, its loads (0 without edges)."""
+        """fma_edges: the elements a thread holds for the edges, its sums and, per row,
+        its loads (0 without edges)."""
         p = self.problem
         m_units, n_units = self.edge_units
-        return (m_units * self.edge(p.n) + n_units * self.edge(p.m)
+        return (m_units * self.edge(p.n) + n_units * self.edge(p.m) + sum(self.triangle_edge_sums)
                 + m_units + n_units + self.edge(p.m) + self.edge(p.n))
 
     @property
@@ -934,8 +949,8 @@ def validate(spec: KernelSpec) -> None:
         errors.append("gram applies to atb with M = N only")
     if c.stage_out and p.op != "ab":
         errors.append("stage_out applies to ab only")
-    if c.triangle and not (p.gram and c.tile_m == c.tile_n and c.m_panels == 1):
-        errors.append("triangle serves Gram matrices with square tiles, without panels")
+    if c.triangle and not (p.gram and c.tile_m == c.tile_n and c.m_panels == 1 and not (c.fma_edges and c.tf32x3)):
+        errors.append("triangle serves Gram matrices with square tiles, without panels, its FMA edges DMMA's")
     if c.mapping not in ("interleaved", "blocked", "flat"):
         errors.append(f"mapping must be 'interleaved', 'blocked' or 'flat', got {c.mapping!r}")
     if c.mapping == "flat" and not (

@@ -248,28 +248,41 @@ def test_a_gram_matrix_computes_its_triangle_alone():
     assert not any(c.triangle for c in candidates(dataclasses.replace(gram, gram=False), 12, "sm_90"))
 
 
-@pytest.mark.parametrize("m, dtype, tile", [(49, "float64", 3), (50, "float64", 2), (55, "complex128", 2)])
-def test_the_triangle_takes_the_n_edge_alone(m, dtype, tile):
-    """Config.triangle with fma_edges: the triangle of the core's tiles, and the FMA
-    units' N edge alone, mirrored onto the M edge. Evaluated for every slot, the
-    guards of the emitted edge stores write each entry of the edge columns on and
-    above the diagonal exactly once (the corner's upper half), where the whole grid
-    takes the M edge too."""
+@pytest.mark.parametrize("m, dtype, tile, lone_transposed", [(49, "float64", 3, True), (50, "float64", 2, False),
+                                                             (50, "complex128", 2, False), (19, "float32", 1, False)])
+def test_the_triangle_takes_the_n_edge_from_its_diagonal_tiles(m, dtype, tile, lone_transposed):
+    """Config.triangle with fma_edges: the triangle of the core's tiles on the tensor
+    cores, the N edge on the FMA units from the diagonal tiles' A fragments, the corner
+    from the tile at (0, 0). Evaluated for every tile of the triangle and every lane,
+    the emitted stores' guards write each entry on and above the diagonal exactly once
+    (the stores mirror it), the tiles' and the edges' together."""
     gauss = dtype == "complex128"
     problem = Problem("atb", dtype, m, m, conj=gauss, gram=True)
     config = Config(tile_m=tile, tile_n=tile, mapping="blocked", row_groups=2, rows_per_stage=64, stages=2,
-                    mma=True, gauss=gauss, stage_copy="bulk", fma_edges=True, blocks_per_sm=1, triangle=True)
+                    mma=True, gauss=gauss, lone_transposed=lone_transposed, stage_copy="bulk", fma_edges=True,
+                    blocks_per_sm=1, triangle=True)
     spec = KernelSpec(problem, config)
     validate(spec)
-    core = m // 8 * 8
-    assert spec.edge_units == (-(-m // spec.edge_slots), 0)
-    stores = re.findall(r"const int row = \(edge_slot \+ (\d+)\), col = (\d+);\n\s*if \((.*)\) \{",
-                        kernel_source(spec))
-    written = [(slot + int(unit), int(col)) for slot in range(spec.edge_slots) for unit, col, guard in stores
-               if eval(guard.replace("&&", " and "), dict(lane=0, edge_slot=slot))]
-    assert sorted(written) == [(row, col) for row in range(m) for col in range(core, m) if row <= col]
-    whole = KernelSpec(problem, dataclasses.replace(config, triangle=False))
-    assert whole.edge_units[1] > 0
+    assert spec.edge_units == (0, 0) and spec.triangle_edge_sums == (tile * (m % 8), (m % 8) * (m % 8 + 1) // 2)
+    source = kernel_source(spec)
+    assert "edge_slot" not in source
+    stores = re.findall(r"const int row = (.*), col = (.*);\n\s*if \((.*)\) \{\n\s*partial\[row \* \d+ \+ col\] = (.*);",
+                        source)
+
+    def value(expression, **names):
+        python = expression.replace("/", "//").replace("&&", " and ").replace("||", " or ").replace("!", " not ")
+        return eval(python, names)
+    written = []
+    for warp_m, warp_n in spec.triangle_places():
+        for lane in range(32):
+            names = dict(warp_m=warp_m, warp_n=warp_n, diagonal_tile=warp_m == warp_n, lane=lane)
+            written += [(value(row, **names), value(col, **names)) for row, col, guard, _ in stores
+                        if value(guard, **names)]
+    assert sorted(written) == [(row, col) for row in range(m) for col in range(m) if row <= col]
+    assert any("corner_0_0" in stored for *_, stored in stores)
+    with pytest.raises(InvalidSpec, match="FMA edges DMMA's"):
+        validate(KernelSpec(Problem("atb", "float32", 43, 43, gram=True),
+                            dataclasses.replace(config, gauss=False, tf32x3=True, rows_per_stage=128)))
 
 
 @pytest.mark.parametrize("problem, tile, lone_transposed, steps, unskipped", [

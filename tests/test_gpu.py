@@ -993,7 +993,8 @@ GRAM_CASES = [  # one per family of staging and arithmetic; None: the model's co
     # the triangle alone (Config.triangle): FMA interleaved (Aᴴ A), DMMA with bulk copies, Gauss's Aᴴ A,
     # 3xTF32's transposed lone block in two row groups, DMMA's transposed lone block of a 5-block edge,
     # DMMA's and Gauss's tiles past the width (7 and 3 blocks a side), whose idle blocks are skipped;
-    # with the FMA units' N edge mirrored (fma_edges): DMMA, Gauss's Aᴴ A, 3xTF32
+    # with the FMA units' N edge mirrored (fma_edges), from the diagonal tiles' fragments: DMMA, Gauss's
+    # Aᴴ A, DMMA's transposed lone block with an edge of 7 columns
     ("complex64", 7, True, Config(tile_m=2, tile_n=2, row_groups=16, rows_per_stage=32, stages=4, unroll=2,
                                   triangle=True)),
     ("float64", 64, False, Config(tile_m=2, tile_n=2, mapping="blocked", row_groups=1, rows_per_stage=64, stages=4,
@@ -1013,8 +1014,9 @@ GRAM_CASES = [  # one per family of staging and arithmetic; None: the model's co
     ("complex128", 50, True, Config(tile_m=2, tile_n=2, mapping="blocked", row_groups=1, rows_per_stage=32, stages=2,
                                     mma=True, gauss=True, fma_edges=True, stage_copy="bulk_inline", blocks_per_sm=1,
                                     triangle=True)),
-    ("float32", 43, False, Config(tile_m=2, tile_n=2, mapping="blocked", row_groups=2, rows_per_stage=128, stages=4,
-                                  mma=True, tf32x3=True, stage_copy="bulk", fma_edges=True, triangle=True)),
+    ("float64", 55, False, Config(tile_m=3, tile_n=3, mapping="blocked", row_groups=2, rows_per_stage=64, stages=3,
+                                  mma=True, lone_transposed=True, stage_copy="bulk", fma_edges=True, blocks_per_sm=1,
+                                  triangle=True)),
 ]
 
 
