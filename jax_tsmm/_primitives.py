@@ -359,8 +359,9 @@ ab_local_p = _register(
 
 # --- gram ----------------------------------------------------------------------
 #
-# gram_p is what atb(a, a) binds, one value passed as both operands. It lowers as
-# atb_p of that value twice, which each device's kernel reads once (``_cuda``). Its
+# gram_p is what atb(a, a) binds, one value passed as both operands. Its per-shard
+# twin lowers as atb_local_p of its shard twice, which each device's kernel reads
+# once (``_cuda``), under SPMD partitioning too (K sharded -> one psum). Its
 # JVP is X + op(X)ᵀ with X = op(a)ᵀ da: atb's bilinear rule would take op(da)ᵀ a and
 # op(a)ᵀ da, each other's transposes, two products of the tall operands where this
 # takes one (and grad one ab where the bilinear rule's transposes take two); the
@@ -373,8 +374,8 @@ def _gram_abstract_eval(a, *, conj):
     return _atb_abstract_eval(a, a, conj=conj)
 
 
-def _gram_as_atb(a, *, conj):
-    return atb_p.bind(a, a, conj=conj)
+def _gram_as_local_atb(a, *, conj):
+    return atb_local_p.bind(a, a, conj=conj)
 
 
 def _gram_batch(args, dims, *, conj):
@@ -392,7 +393,8 @@ gram_p.def_impl(_eager_impl(gram_p))
 gram_p.def_abstract_eval(_gram_abstract_eval)
 batching.primitive_batchers[gram_p] = _gram_batch
 ad.primitive_jvps[gram_p] = _gram_jvp
-_sharding.register_through(gram_p, _gram_as_atb)
+gram_local_p = _lower_per_shard(gram_p, _gram_abstract_eval, _gram_as_local_atb,
+                                _sharding.Rule(("k m",), "m n", sharded=("k",)))
 
 
 # ab_update: sharded like ab (y and the result like a along K).

@@ -257,13 +257,6 @@ def partitioned_lowering(local_prim, rule: Rule):
     return lowering
 
 
-def register_through(prim, fun) -> None:
-    """Lower ``prim`` on every platform as ``fun``, which binds primitives lowered by
-    ``register``: their partitioning needs the device assignment, so ``prim``'s does."""
-    mlir.register_lowering(prim, mlir.lower_fun(fun, multiple_results=False), **UNCACHED)
-    dispatch.prim_requires_devices_during_lowering.add(prim)
-
-
 def register(prim, local_prim, rule: Rule) -> None:
     """Lower ``prim`` on every platform through ``local_prim`` on each shard."""
     mlir.register_lowering(prim, partitioned_lowering(local_prim, rule), **UNCACHED)

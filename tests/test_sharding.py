@@ -126,6 +126,21 @@ def test_atb_k_sharded_is_one_all_reduce(partitioner, dtype, conj):
 
 
 @needs_devices
+@pytest.mark.parametrize("dtype, conj", [(np.float64, False), (np.complex128, True)])
+def test_a_gram_matrix_k_sharded_reads_its_shard_once(partitioner, dtype, conj):
+    """atb(a, a) (``gram_p``) with K sharded: the partitioned call takes the value
+    once, so each device's product is lowered with its shard as both operands (its
+    kernel reads it once, ``_cuda``), then one all-reduce."""
+    a = rand((K, M), dtype, 0)
+    gram = lambda a: jax_tsmm.atb(a, a, conj=conj)  # noqa: E731
+    out, hlo = sharded(gram, mesh(), (P("x"),), P(), a)
+    close(out, ref_atb(a, a, conj))
+    assert collectives(hlo) == ["all-reduce"], collectives(hlo)
+    lowered = jax.jit(gram, in_shardings=NamedSharding(mesh(), P("x"))).lower(a).as_text()
+    assert re.findall(r"@CustomSPMDPartitioning\(([^)]*)\)", lowered) == ["%arg0"]
+
+
+@needs_devices
 def test_ab_k_sharded_has_no_communication(partitioner):
     a, c = rand((K, M), seed=0), rand((M, N), seed=1)
     out, hlo = sharded(jax_tsmm.ab, mesh(), (P("x"), P()), P("x"), a, c)
