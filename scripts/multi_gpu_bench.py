@@ -1,4 +1,4 @@
-"""atb and ab on inputs sharded along the long axis K, over 1, 2, ... devices.
+"""atb, ab and a Gram matrix on inputs sharded along the long axis K, over 1, 2, ... devices.
 
 Weak scaling: every device holds the same share of A and B (``--gib`` GiB each,
 float64 by default), so K grows with the device count. Reports, per op and
@@ -10,10 +10,11 @@ communication there is).
     python scripts/multi_gpu_bench.py                # the GPUs jax.devices() offers
     python scripts/multi_gpu_bench.py --small        # tiny sizes; on CPU, 2 host devices
 
-Also checks that each program has the expected communication (atb: one
-all-reduce, no all-gather; ab: none), whether the per-shard computation is the
-generated kernel (``tsmm_atb`` / ``tsmm_ab`` custom calls) and that the sharded
-result matches the one-device result.
+Also checks that each program has the expected communication (atb and the
+Gram matrix atb(a, a): one all-reduce, no all-gather; ab: none), whether the
+per-shard computation is the generated kernel (``tsmm_atb`` / ``tsmm_ab`` custom
+calls, ``tsmm_atb_gram`` reading the shard once) and that the sharded result
+matches the one-device result.
 """
 
 from __future__ import annotations
@@ -78,33 +79,48 @@ def collectives(text):
     return sorted(set(re.findall(rf"= \S+ ({ops})(?:-start)?\(", text)))
 
 
+def gram(a):
+    return jax_tsmm.atb(a, a)
+
+
+# Per op: the function of the tall operand (and y), whether y is tall, and the
+# marker of its kernel in the compiled program.
+OPS = {
+    "atb": (jax_tsmm.atb, True, "tsmm_atb"),
+    "ab": (jax_tsmm.ab, False, "tsmm_ab"),
+    "gram": (gram, None, "tsmm_atb_gram"),  # one operand: each device's kernel reads its shard once
+}
+
+
 def run_case(op, n_dev, k_per_dev, m, n, dtype, repeats):
     devices = jax.devices()[:n_dev]
     # Automatic axes: the check below slices sharded arrays outside jit.
     mesh = jax.make_mesh((n_dev,), ("k",), devices=devices, axis_types=(jax.sharding.AxisType.Auto,))
     tall, rep = NamedSharding(mesh, P("k")), NamedSharding(mesh, P())
     k = k_per_dev * n_dev
+    fun, y_tall, marker = OPS[op]
     a = make((k, m), dtype, tall, 0)
-    if op == "atb":
+    if y_tall is None:
+        operands, shardings, out_sharding, moved = (a,), (tall,), rep, a.nbytes
+    elif y_tall:
         y = make((k, n), dtype, tall, 1)
-        fn = jax.jit(jax_tsmm.atb, in_shardings=(tall, tall), out_shardings=rep)
-        moved = a.nbytes + y.nbytes
+        operands, shardings, out_sharding, moved = (a, y), (tall, tall), rep, a.nbytes + y.nbytes
     else:
         y = make((m, n), dtype, rep, 1)
-        fn = jax.jit(jax_tsmm.ab, in_shardings=(tall, rep), out_shardings=tall)
+        operands, shardings, out_sharding = (a, y), (tall, rep), tall
         moved = a.nbytes + k * n * a.dtype.itemsize
-    compiled = fn.lower(a, y).compile()
+    fn = jax.jit(fun, in_shardings=shardings, out_shardings=out_sharding)
+    compiled = fn.lower(*operands).compile()
     text = compiled.as_text()
-    seconds = timed(compiled, a, y, repeats=repeats)
+    seconds = timed(compiled, *operands, repeats=repeats)
     # Against one device, on the first rows (the whole would not fit twice).
     rows = min(k, 1 << 16) // n_dev * n_dev
-    head = [jax.device_put(a[:rows], tall), jax.device_put(y[:rows], tall) if op == "atb" else y]
+    head = [jax.device_put(x[:rows], tall) if s is tall else x for x, s in zip(operands, shardings)]
     got = np.asarray(fn(*head))
-    ref = np.asarray(getattr(jax_tsmm, op)(*(jax.device_put(x, devices[0]) for x in head)))
+    ref = np.asarray(fun(*(jax.device_put(x, devices[0]) for x in head)))
     error = float(np.max(np.abs(got - ref)) / max(np.max(np.abs(ref)), 1e-300))
-    kernel = f"tsmm_{op}" in text
     return dict(op=op, devices=n_dev, k=k, seconds=seconds, gbps=moved / seconds / 1e9,
-                collectives=collectives(text), kernel=kernel, error=error)
+                collectives=collectives(text), kernel=marker in text, error=error)
 
 
 def main():
@@ -123,7 +139,7 @@ def main():
     header = f"{'op':4} {'devices':>7} {'K':>14} {'ms':>9} {'GB/s':>9} {'speedup':>8}  {'collectives':18} kernel  rel.err"
     print(header)
     results = {}
-    for op in ("atb", "ab"):
+    for op in OPS:
         for count in counts:
             r = run_case(op, count, k_per_dev, m, n, dtype.name, repeats)
             results[op, count] = r
@@ -137,8 +153,9 @@ def main():
         s = results["atb", 2]["speedup"]
         verdict = "meets" if s >= 1.9 else "below"
         print(f"atb 2-device speedup: {s:.2f}x ({verdict} the 1.9x target)")
-    if ("ab", 2) in results and ("ab", 1) in results:
-        print(f"ab 2-device speedup: {results['ab', 2]['speedup']:.2f}x")
+    for op in ("ab", "gram"):
+        if (op, 2) in results and (op, 1) in results:
+            print(f"{op} 2-device speedup: {results[op, 2]['speedup']:.2f}x")
     bad = [r for r in results.values() if "all-gather" in r["collectives"] or r["error"] > 1e-6]
     if bad:
         print("FAILED: unexpected all-gather or wrong result", file=sys.stderr)
