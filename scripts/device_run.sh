@@ -22,8 +22,9 @@
 # `python -m jax_tsmm.tune --compile-only` here (docs/performance.md, Method); a carried
 # .tsmm_cache.tar.xz (such a cache packed by xz, about a tenth of its size) is unpacked into it.
 # DEADLINE=S, the call's time limit in seconds: every step ends DEADLINE_MARGIN seconds
-# before it (rc=124 in the summary), a tune step at TUNE_SECONDS if that comes first, so
-# that the logs and the database are copied out; steps that would start later are skipped.
+# before it (rc=124 in the summary), a tune step at TUNE_SECONDS if that comes first
+# (S1,S2,...: the first tune step's, the second's, the last for the rest), so that the
+# logs and the database are copied out; steps that would start later are skipped.
 # Without it, a call cut off by the device's limit returns no logs and no database
 # (twenty-ninth round; fifty-seventh: a tests step ran 10 minutes).
 # REQUIRE_GPU=NAME ends the call before the build unless the GPU's name contains NAME:
@@ -113,7 +114,8 @@ for item in "$@"; do
     tune)  # tune, tune2, ...: the databases after the latest are copied out (8 files come back at most)
       tunes=$((tunes + 1)); [ $tunes -gt 1 ] && name=tune$tunes
       # TUNE_SECONDS (and DEADLINE) bound each tune (it saves after every problem), so later steps still run.
-      limit=${TUNE_SECONDS:-540}; [ "$(seconds_left)" -lt "$limit" ] && limit=$(seconds_left)
+      IFS=, read -ra tune_limits <<< "${TUNE_SECONDS:-540}"
+      limit=${tune_limits[tunes - 1]:-${tune_limits[-1]}}; [ "$(seconds_left)" -lt "$limit" ] && limit=$(seconds_left)
       step $name timeout "$limit" python3 -m jax_tsmm.tune $args
       for db in jax_tsmm/tuning/sm_90*.json; do cp "$db" "$OUT/tuned-$(basename "$db")"; done ;;
     *) echo "unknown step $name" >> "$summary"; continue ;;
