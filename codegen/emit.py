@@ -1106,22 +1106,19 @@ def _atb_mma_body(spec: KernelSpec, ar: _Arith) -> tuple[list[str], list[tuple[s
     edge_places = [
         "",
         f"// Edges on the FMA units (fma_edges): the tensor cores take the {core_m}x{core_n} core, so",
-        f"// {p.m}x{p.n} pads to no extra block; the triangle's diagonal tiles multiply the A fragments",
-        f"// they hold by the N edge's {edge_n} columns, the tile at (0, 0) also the corner's upper half,",
-        "// each lane on its fragment rows; the stores mirror them onto the M edge.",
-    ] if triangle_edges else [
-        "",
-        f"// Edges on the FMA units (fma_edges): the tensor cores take the {core_m}x{core_n} core, so",
-        f"// {p.m}x{p.n} pads to no extra block; slot `edge_slot` of {slots} (a lane quad) takes the",
-        f"// N edge's {edge_n} columns for rows edge_slot + u * {slots}"
-        + (f" and the M edge's {edge_m} rows for core columns edge_slot + u * {slots};" if n_units else ";"),
-        "// the quad's lanes each on their fragment rows.",
-        "const int edge_slot = warp * 8 + lane / 4;",
-        *[f"const int edge_row{u} = min(edge_slot + {u * slots}, {p.m - 1});" for u in range(m_units)],
-        *[f"const int edge_col{u} = min(edge_slot + {u * slots}, {core_n - 1});" for u in range(n_units)],
+        *([f"// {p.m}x{p.n} pads to no extra block; the triangle's diagonal tiles multiply the A fragments",
+           f"// they hold by the N edge's {edge_n} columns, the tile at (0, 0) also the corner's upper half,",
+           "// each lane on its fragment rows; the stores mirror them onto the M edge."] if triangle_edges else [
+            f"// {p.m}x{p.n} pads to no extra block; slot `edge_slot` of {slots} (a lane quad) takes the",
+            f"// N edge's {edge_n} columns for rows edge_slot + u * {slots}"
+            + (f" and the M edge's {edge_m} rows for core columns edge_slot + u * {slots};" if n_units else ";"),
+            "// the quad's lanes each on their fragment rows.",
+            "const int edge_slot = warp * 8 + lane / 4;",
+            *[f"const int edge_row{u} = min(edge_slot + {u * slots}, {p.m - 1});" for u in range(m_units)],
+            *[f"const int edge_col{u} = min(edge_slot + {u * slots}, {core_n - 1});" for u in range(n_units)],
+        ]),
+        f"{edge_type} {', '.join(f'{name} = {edge_zero}' for name in edge_sums)};",
     ] if spec.config.fma_edges else []
-    if spec.config.fma_edges:
-        edge_places.append(f"{edge_type} {', '.join(f'{name} = {edge_zero}' for name in edge_sums)};")
     edge_parts = [".x", ".y"] if gauss else [""]
     edge_quad_sums = [
         "// Edge sums: the four lanes of a quad took different rows of the same entries.",
