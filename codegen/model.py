@@ -399,9 +399,9 @@ def carried_to_gram(problem: Problem, config: Config, arch: str = "") -> Config:
     read-once roofline), from 2.1 below to 8.8 above where DMMA copied in bulk
     already (float64 34..63, complex128 24..48); 3xTF32's lost 4.4-14.4 points
     (float32 48, the real views of complex64 16 and 24) (performance.md,
-    seventy-third round). Where DMMA's tensor work binds (double precision,
-    TRIANGLE_MIN_FLOPS_PER_BYTE) and the warp tiles are square, only the triangle of
-    them runs (Config.triangle)."""
+    seventy-third round). Where DMMA's tensor work binds
+    (TRIANGLE_MIN_FLOPS_PER_BYTE, float32's DMMA from half the columns of float64's)
+    and the warp tiles are square, only the triangle of them runs (Config.triangle)."""
     if config.tf32x3:
         doubled = dataclasses.replace(config, stages=2 * config.stages)
         carried = doubled if is_valid(KernelSpec(problem, doubled)) else config
@@ -414,7 +414,7 @@ def carried_to_gram(problem: Problem, config: Config, arch: str = "") -> Config:
         if is_valid(KernelSpec(problem, bulk)):
             carried = bulk
     triangle = dataclasses.replace(carried, triangle=True)
-    if (carried.mma and not carried.tf32x3 and problem.real_type == "double"
+    if (carried.mma and not carried.tf32x3
             and gram_flops_per_byte(problem) >= TRIANGLE_MIN_FLOPS_PER_BYTE
             and is_valid(KernelSpec(problem, triangle))):
         return triangle
@@ -427,7 +427,11 @@ def carried_to_gram(problem: Problem, config: Config, arch: str = "") -> Config:
 # ran float64 48 (3x3 tiles, 4 row groups) at 79.4 % of the read-once roofline against
 # 66.5 % for the whole grid, 64 (4x4) at 91.9 against 79.8 %; at float64 8 (1x1 tiles,
 # 2 flop per byte) within 1.3 points either way; 3xTF32's float32 16 lost (77.9
-# against 86.2 %) (performance.md, seventy-second round).
+# against 86.2 %) (performance.md, seventy-second round). DMMA works float32 in
+# double precision, as many tensor steps per element in half the bytes: the tuner's
+# float32 Gram 19..22 and complex64 10 and 13 (real views of 20 and 26) took DMMA
+# triangles, 1.16-1.35x faster than atb's whole grids carried (H200, 2026-11-30,
+# performance.md, seventy-sixth round).
 TRIANGLE_MIN_FLOPS_PER_BYTE = 8
 
 

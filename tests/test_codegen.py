@@ -205,11 +205,13 @@ def test_a_gram_matrix_stages_one_operand():
                    tf32x3=True, blocks_per_sm=1)
     assert carried_to_gram(Problem("atb", "float32", 45, 45, gram=True), tiles, "sm_90") == dataclasses.replace(
         tiles, stages=6)  # 3xTF32: twice the stages
-    # DMMA's square tiles run the triangle alone where the tensor work binds: float64 from 32, complex128 from 16
+    # DMMA's square tiles run the triangle alone where the tensor work binds: float64 from 32, complex128 from 16,
+    # float32 (in double precision on DMMA) from 16
     square = Config(tile_m=2, tile_n=2, mapping="blocked", row_groups=2, rows_per_stage=64, stages=2, mma=True,
                     stage_copy="bulk", blocks_per_sm=1)
     for dtype, m, triangle in (("float64", 64, True), ("float64", 32, True), ("float64", 24, False),
-                               ("complex128", 16, True), ("complex128", 8, False)):
+                               ("complex128", 16, True), ("complex128", 8, False),
+                               ("float32", 16, True), ("float32", 12, False)):
         problem = Problem("atb", dtype, m, m, conj=dtype == "complex128", gram=True)
         config = dataclasses.replace(square, gauss=dtype == "complex128")
         carried = carried_to_gram(problem, config, "sm_90")
