@@ -431,7 +431,8 @@ def carried_to_gram(problem: Problem, config: Config, arch: str = "") -> Config:
 # double precision, as many tensor steps per element in half the bytes: the tuner's
 # float32 Gram 19..22 and complex64 10 and 13 (real views of 20 and 26) took DMMA
 # triangles, 1.16-1.35x faster than atb's whole grids carried (H200, 2026-11-30,
-# performance.md, seventy-sixth round).
+# performance.md, seventy-sixth round); carried so, float32 23, 24, 27..32 and 64 ran
+# 1.02-1.25x and complex64 12 and 61..64 1.15-1.43x the whole grids (seventy-seventh).
 TRIANGLE_MIN_FLOPS_PER_BYTE = 8
 
 

@@ -1067,12 +1067,13 @@ def test_gram_kernels(dtype, m, conj, config, k, gram_kernels_compiled):
 
 @pytest.mark.parametrize("dtype, m, batch", [("float64", 8, ()), ("float32", 48, ()), ("complex128", 16, (3,)),
                                              ("complex64", 7, (2,)), ("complex128", 32, ()), ("float64", 20, ()),
-                                             ("float64", 29, (2,))])
+                                             ("float64", 29, (2,)), ("float32", 30, ()), ("complex64", 62, ())])
 def test_gram_matrices_as_dispatched(dtype, m, batch, tuned_dispatch):
     """atb(v, v, conj=True) as Cholesky-QR calls it, under vmap where batched: the
     Gram kernel dispatch picks with the shipped database, right (the bound of any
     data: the diagonal sums positive terms); float64 20 and 29 atb's kernels
-    carried to bulk copies (``carried_to_gram``)."""
+    carried to bulk copies, float32 30 and complex64 62 to DMMA triangles
+    (``carried_to_gram``)."""
     rng = np.random.default_rng()
     k = 300_007
     conj = dtype.startswith("complex")
