@@ -23,10 +23,11 @@ how the search's pruning by registers compares with the compiler's.
 
     python3 scripts/sass_mix.py atb:complex128:50:50 --candidates 16
 
-Needs nvcc (found as the package finds it) and cuobjdump on PATH (not for
-``--candidates``). Where the CUDA toolkit has no cuobjdump (this repository's CPU
-machine), PyPI's wheel carries one:
-``pip download --no-deps nvidia-cuda-cuobjdump`` and unzip it.
+Needs nvcc (found as the package finds it) and cuobjdump on PATH, with the nvdisasm
+it runs (neither for ``--candidates``). Where the CUDA toolkit has neither (this
+repository's CPU machine), PyPI's wheels carry them:
+``pip download --no-deps nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm``, unzip both and
+put their ``nvidia/cu13/bin`` on PATH.
 """
 
 from __future__ import annotations
