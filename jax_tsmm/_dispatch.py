@@ -132,7 +132,7 @@ def _database_file(path: pathlib.Path) -> dict:
     return json.loads(path.read_text())["entries"]
 
 
-def tuned(key: str, k: int, arch: str, device: str = "") -> dict | None:
+def tuned(key: str, k: int, arch: str, device: str = "", aligned_marks: bool = True) -> dict | None:
     """The database entry that serves K ({k_min, config, ...}; config None means
     use XLA, ``real_view`` that a complex problem runs as its real view), or None
     where the database has no say. The entry of the range holding K serves; below
@@ -166,7 +166,8 @@ def tuned(key: str, k: int, arch: str, device: str = "") -> dict | None:
     gives way to XLA at multiples of that K, short of the K the kernel was timed
     at where that is larger: on an H200 (2026-11-23) at K = 2^22, XLA's float64
     Aᵀ B reached 74-97 % of roofline and beat the kernels tuned at gigabyte
-    sizes at 10 of 64 widths (by up to 15 %)."""
+    sizes at 10 of 64 widths (by up to 15 %). ``aligned_marks`` False leaves such
+    kernel entries their kernel (see ``_gram_entry``)."""
     entries = database(arch, device).get(key, [])
     if not entries and _model_only:
         return None
@@ -188,7 +189,7 @@ def tuned(key: str, k: int, arch: str, device: str = "") -> dict | None:
             chosen = _nearest_kernel_entry(entries, k, "XLA's Aᵀ B was timed faster only at K aligned otherwise")
             if chosen is None:
                 return None
-        if chosen["config"] is not None and _xla_measured_faster(chosen, k):
+        if chosen["config"] is not None and aligned_marks and _xla_measured_faster(chosen, k):
             return {"k_min": chosen["k_min"], "k_tuned": chosen["xla_faster_at"], "config": None,
                     "rule": f"XLA's Aᵀ B measured faster at K = {chosen['xla_faster_at']}, a factor of K"}
     return chosen
@@ -223,7 +224,8 @@ def describe_entry(entry: dict, size: str = "K") -> str:
     return f"{verdict} ({timed})"
 
 
-def _entry(problem: Problem, k: int, arch: str, device: str, real_view: bool = True) -> dict | None:
+def _entry(problem: Problem, k: int, arch: str, device: str, real_view: bool = True,
+           aligned_marks: bool = True) -> dict | None:
     """The database entry that serves ``problem`` at K (``tuned``). ab's fused update
     without entries of its own takes, in turn, the update entry of its real view
     (where ``real_view`` allows it), then plain ab's kernel entry of its shape with
@@ -232,7 +234,7 @@ def _entry(problem: Problem, k: int, arch: str, device: str, real_view: bool = T
     takes the update, the database has no say (the update saves XLA's second pass)."""
     if problem.gram:
         return _gram_entry(problem, k, arch, device)
-    entry = tuned(problem_key(problem), k, arch, device)
+    entry = tuned(problem_key(problem), k, arch, device, aligned_marks)
     if problem.op == "atb" and problem.conj:
         entry = _conjugated_entry(problem, entry, k, arch, device)
     if entry is not None or not problem.update:
@@ -276,11 +278,15 @@ def _gram_entry(problem: Problem, k: int, arch: str, device: str) -> dict | None
     kernel carried to the Gram matrix (``carried_to_gram``). An atb entry that chose
     XLA's dot holds: XLA's Aᵀ A reads its operand once too (on an H200, 2026-11-30,
     scripts/gram_timing.py, where such entries chose XLA: float64 1 and 32 in 0.24
-    and 0.27 ms, the kernels carried in 0.25 and 0.29; at 8 0.31 against 0.29)."""
+    and 0.27 ms, the kernels carried in 0.25 and 0.29; at 8 0.31 against 0.29).
+    Where XLA beat atb's kernel at an aligned K (``xla_faster_at``) the kernel
+    carried serves still: it read two operands there, and XLA's Aᵀ A is slower than
+    its Aᵀ B (on an H200, 2026-11-30, at K = 2^20: float32 24 and 40 at 34 % of the
+    read-once roofline, the Gram kernels at 67 and 94 %)."""
     own = tuned(problem_key(problem), k, arch, device)
     if own is not None:
         return own
-    entry = _entry(dataclasses.replace(problem, gram=False), k, arch, device)
+    entry = _entry(dataclasses.replace(problem, gram=False), k, arch, device, aligned_marks=False)
     if entry is None or entry["config"] is None:
         return entry
     kernel_problem = real_view_problem(problem) if entry.get("real_view", False) else problem
@@ -313,12 +319,16 @@ def _xla_measured_faster(entry: dict, k: int) -> bool:
     """Whether XLA's Aᵀ B measured faster than the kernels at K aligned like ``k``:
     at multiples of the power-of-two part of the K an XLA entry was timed at, or
     of the power-of-two K where a K sweep found XLA faster (``xla_faster_at``),
-    short of the larger K a kernel entry was timed faster at."""
+    short of the larger K a kernel entry was timed faster at, unless XLA also won
+    at an aligned K past that one (``xla_faster_past_tuned``: on an H200,
+    2026-11-30, complex128 Aᵀ B 26, 28, 29, 60 and 63, timed at 1.1-2.6 million
+    rows, lost to XLA at K = 2^20 by 2-15 % and had at 2^22 in the tuner)."""
     timed_k = entry.get("k_tuned", 1)
     faster_at = entry.get("xla_faster_at")
     if entry["config"] is None:
         return k % (timed_k & -timed_k) == 0 or bool(faster_at) and k % faster_at == 0
-    return bool(faster_at) and k % faster_at == 0 and not faster_at < timed_k <= k
+    return bool(faster_at) and k % faster_at == 0 and (
+        entry.get("xla_faster_past_tuned", False) or not faster_at < timed_k <= k)
 
 
 def real_view_problem(problem: Problem) -> Problem | None:

@@ -35,6 +35,12 @@ A X and "mtsm_t" for Aᵀ X): M = K in MTSM_SIZES (``--mtsm-sizes``), N in MTSM_
 ``jnp.matmul`` at HIGHEST precision, as % of the read roofline (one read of A
 and X, or the FLOP peak where that binds), with a panel of the plot per layout
 and dtype.
+
+``--k-sweep`` adds the ramp-up with K at the M = N of ``--k-sweep-widths``: its
+rows, a panel of the plot per op and dtype (% of roofline against K), and a
+table against issue 4's ramp-up targets (``ramp_up_summary``: the least speedup
+over XLA at K = 2^16 and 2^20, and how many rows reach 80 % once the tall
+matrices together exceed 256 MiB).
 """
 
 from __future__ import annotations
@@ -486,6 +492,41 @@ def summary(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+# Issue 4's ramp-up targets: at least XLA's speed at these K, and RAMP_UP_PCT of the
+# roofline once the tall matrices together exceed RAMP_UP_BYTES.
+RAMP_UP_KS = (1 << 16, 1 << 20)
+RAMP_UP_BYTES = 256 << 20
+RAMP_UP_PCT = 80.0
+
+
+def tall_bytes(row: dict) -> int:
+    """The bytes of a row's tall matrices together: A and B (atb), A and the K x N
+    result (ab and its fused update), A alone (the Gram matrix)."""
+    columns = row["M"] if row["op"] == "gram" else row["M"] + row["N"]
+    return row["K"] * columns * np.dtype(row["dtype"]).itemsize
+
+
+def ramp_up_summary(rows: list[dict]) -> str:
+    """One line per op and dtype of a K sweep, against the ramp-up targets: the
+    least speedup over XLA at each of RAMP_UP_KS, and of the rows whose tall
+    matrices exceed RAMP_UP_BYTES how many reach RAMP_UP_PCT and the least %."""
+    at_ks = "".join(f"{f'min x at 2^{k.bit_length() - 1}':>14}" for k in RAMP_UP_KS)
+    lines = [f"    op      dtype  widths{at_ks}  rows > {RAMP_UP_BYTES >> 20} MiB  >={RAMP_UP_PCT:.0f}%   min%"]
+    groups = {}
+    for row in rows:
+        groups.setdefault((row["op"], row["dtype"]), []).append(row)
+    for (op, dtype), group in sorted(groups.items()):
+        line = f"{op:>6} {dtype:>10} {len({r['M'] for r in group}):7}"
+        for k in RAMP_UP_KS:
+            speedups = [r["speedup"] for r in group if r["K"] == k]
+            line += f"{min(speedups):14.2f}" if speedups else f"{'-':>14}"
+        large = [r["tsmm_pct"] for r in group if tall_bytes(r) > RAMP_UP_BYTES]
+        line += f"{len(large):16} {sum(p >= RAMP_UP_PCT for p in large):6}"
+        line += f" {min(large):6.1f}" if large else f" {'-':>6}"
+        lines.append(line)
+    return "\n".join(lines)
+
+
 def markdown(report: dict) -> str:
     """The report as Markdown tables (for docs/performance.md)."""
     c = report["ceilings"]
@@ -514,7 +555,12 @@ def write_report(report: dict, path: str) -> None:
         f.write(markdown(report))
 
 
-def plot(rows: list[dict], path: str, device: str) -> None:
+OP_TITLES = {"atb": "Aᵀ B", "ab": "A C", "ab_update": "V − Q C", "gram": "Aᴴ A", "mtsm": "A X", "mtsm_t": "Aᵀ X"}
+
+
+def plot(rows: list[dict], path: str, device: str, sweep_rows: list[dict] = ()) -> None:
+    """The papers' figure: % of roofline against width, a panel per op and dtype,
+    then a panel per op and dtype of the K sweep's ``sweep_rows``."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -522,15 +568,18 @@ def plot(rows: list[dict], path: str, device: str) -> None:
 
     square_panels = sorted({(r["op"], r["dtype"]) for r in rows if r["op"] not in MTSM_OPS})
     mtsm_panels = sorted({(r["op"], r["dtype"]) for r in rows if r["op"] in MTSM_OPS})
-    panels = square_panels + mtsm_panels
+    sweep_panels = sorted({(r["op"], r["dtype"]) for r in sweep_rows})
+    panels = [(rows, panel) for panel in square_panels + mtsm_panels] + [(sweep_rows, panel) for panel in sweep_panels]
     fig, axes = plt.subplots(len(panels), 1, figsize=(8, 3 * len(panels)), squeeze=False, layout="constrained")
-    for ax, (op, dtype) in zip(axes[:, 0], panels):
-        panel_rows = [r for r in rows if (r["op"], r["dtype"]) == (op, dtype)]
-        if op in MTSM_OPS:
-            _plot_mtsm_panel(ax, panel_rows, f"{ {'mtsm': 'A X', 'mtsm_t': 'Aᵀ X'}[op]} {dtype}")
+    for ax, (source, (op, dtype)) in zip(axes[:, 0], panels):
+        panel_rows = [r for r in source if (r["op"], r["dtype"]) == (op, dtype)]
+        title = f"{OP_TITLES[op]} {dtype}"
+        if source is sweep_rows:
+            _plot_sweep_panel(ax, panel_rows, title)
+        elif op in MTSM_OPS:
+            _plot_mtsm_panel(ax, panel_rows, title)
         else:
-            title = {'atb': 'Aᵀ B', 'ab': 'A C', 'ab_update': 'V − Q C', 'gram': 'Aᴴ A'}[op]
-            _plot_square_panel(ax, panel_rows, f"{title} {dtype}")
+            _plot_square_panel(ax, panel_rows, title)
         ax.set_ylim(0, 110)
         ax.axhline(90, color="gray", lw=0.5, ls="--")
         ax.set_ylabel("% of roofline")
@@ -561,6 +610,18 @@ def _plot_mtsm_panel(ax, rows: list[dict], title: str) -> None:
     ax.set_xticks(widths, [str(n) for n in widths])
     ax.set_title(f"{title}, M = K")
     ax.set_xlabel("N")
+
+
+def _plot_sweep_panel(ax, rows: list[dict], title: str) -> None:
+    """% of roofline against K (the ramp-up), a colour per M = N, both libraries."""
+    for index, width in enumerate(sorted({r["M"] for r in rows})):
+        sweep = sorted((r for r in rows if r["M"] == width), key=lambda r: r["K"])
+        ks = [r["K"] for r in sweep]
+        ax.plot(ks, [r["tsmm_pct"] for r in sweep], "o-", ms=3, color=f"C{index}", label=f"jax_tsmm {width}")
+        ax.plot(ks, [r["xla_pct"] for r in sweep], "s--", ms=3, color=f"C{index}", label=f"XLA dot {width}")
+    ax.set_xscale("log", base=2)
+    ax.set_title(f"{title}, K sweep, M = N")
+    ax.set_xlabel("K")
 
 
 def parse_widths(text: str) -> list[int]:
@@ -631,6 +692,8 @@ def main(argv=None) -> None:
             state = "" if report.get("complete", True) else ", cut off"  # reports before the flag were whole
             print(f"{path}: {report['device']}, {report['date']}, {len(report['rows'])} rows{state}")
             print(summary(report["rows"]))
+            if report.get("k_sweep"):
+                print(ramp_up_summary(report["k_sweep"]))
         return
     if args.device is not None and not args.compile_only:
         parser.error("--device goes with --compile-only: a run times the GPU it runs on")
@@ -694,9 +757,12 @@ def main(argv=None) -> None:
     report["complete"] = True
     write_report(report, args.json)
     rows = report["rows"]
+    if rows or report["k_sweep"]:
+        plot(rows, args.plot, f"{device.device_kind} ({datetime.date.today()})", report["k_sweep"])
     if rows:
-        plot(rows, args.plot, f"{device.device_kind} ({datetime.date.today()})")
         print(summary(rows))
+    if report["k_sweep"]:
+        print(ramp_up_summary(report["k_sweep"]))
 
 
 if __name__ == "__main__":

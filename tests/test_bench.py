@@ -83,6 +83,24 @@ def test_summary_states_the_targets_per_shape_set():
     assert pairs[3:5] == ["1", "99.0"] and pairs[-1] == "0.97"
 
 
+def test_ramp_up_summary_states_issue_4s_ramp_up_targets():
+    """Per op and dtype of a K sweep: the least speedup at K = 2^16 and 2^20, and of
+    the rows whose tall matrices together exceed 256 MiB (A alone for a Gram
+    matrix) how many reach 80 % and the least."""
+    def row(op, k, pct, speedup, width=8):
+        return {**_row(None), "op": op, "dtype": "float64", "M": width, "N": width, "K": k, "tsmm_pct": pct,
+                "xla_pct": pct / speedup, "speedup": speedup}
+
+    over = (256 << 20) // (16 * 8) + 1  # the first K where A and B of width 8 exceed 256 MiB
+    rows = [row("atb", 1 << 16, 30.0, 0.97), row("atb", 1 << 20, 70.0, 1.2), row("atb", over, 79.0, 1.5),
+            row("atb", 1 << 22, 90.0, 1.1), row("atb", 1 << 22, 95.0, 1.0, width=24),
+            row("gram", over, 60.0, 1.0), row("gram", 1 << 23, 85.0, 1.3)]
+    header, atb, gram = bench.ramp_up_summary(rows).splitlines()
+    assert "2^16" in header and "2^20" in header and "256 MiB" in header
+    assert atb.split() == ["atb", "float64", "2", "0.97", "1.20", "3", "2", "79.0"]
+    assert gram.split() == ["gram", "float64", "1", "-", "-", "1", "1", "85.0"]  # at `over` A alone is 128 MiB
+
+
 def test_timed_loops_last_loop_seconds(monkeypatch):
     """Each timed loop makes enough trips to last LOOP_SECONDS at the expected time
     per call (longer loops time the clock a power cap settles at)."""
@@ -142,6 +160,9 @@ def test_the_plot_has_a_panel_per_op_and_dtype_mtsm_included(tmp_path):
     header = path.read_bytes()[:24]
     assert header[:8] == b"\x89PNG\r\n\x1a\n"
     assert int.from_bytes(header[20:24], "big") == 4 * 3 * 120  # height: four panels
+    sweep = [dict(_row(None), op="atb", dtype="float64", M=w, N=w, K=k) for w in (8, 24) for k in (1024, 4096)]
+    bench.plot(rows, str(path), "GPU", sweep)
+    assert int.from_bytes(path.read_bytes()[20:24], "big") == 5 * 3 * 120  # and the K sweep's
 
 
 def _fake_gpu_run(monkeypatch, seconds_per_call=lambda *args, **kwargs: 1e-3):

@@ -371,6 +371,24 @@ def test_atb_takes_xla_at_multiples_of_a_k_where_a_sweep_found_it_faster(monkeyp
     assert lowered(6, (1 << 22) + 1)  # the model's kernel, as at any K XLA was not timed fast at
 
 
+def test_a_gram_matrix_keeps_atbs_kernel_where_xla_beat_it_at_an_aligned_k(monkeypatch):
+    """XLA's win over atb's kernel at an aligned K (xla_faster_at) sends atb there to
+    XLA's dot, not the Gram matrix, which runs that kernel carried (it reads one
+    operand, and XLA's Aᵀ A is the slower)."""
+    from jax_tsmm import _dispatch
+    from jax_tsmm.codegen import Problem, default_config
+
+    config = dataclasses.asdict(default_config(Problem("atb", "float64", 7, 7)))
+    entries = {"atb:float64:7x7": [{"k_min": 1 << 20, "k_tuned": 1 << 24, "config": config, "xla_faster_at": 1 << 22}]}
+    monkeypatch.setattr(_dispatch, "database", lambda *_: entries)
+
+    def chosen(gram):
+        return _dispatch.select("atb", "float64", 7, 7, 1 << 22, 0, False, gram=gram, real_view=False)
+
+    assert chosen(gram=False) is None
+    assert chosen(gram=True) is not None and chosen(gram=True).problem.gram
+
+
 def test_where_an_atb_xla_entry_does_not_hold_the_kernel_timed_nearest_serves(monkeypatch):
     """At K without the power-of-two factor of an atb XLA entry's timed K, the key's
     kernel entry timed at the K nearest (by ratio, within NEAREST_KERNEL_REACH)

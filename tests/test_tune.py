@@ -495,6 +495,42 @@ def test_largest_range_atb_winner_is_timed_against_xla_at_an_aligned_k(monkeypat
     assert "xla_faster_at" not in entry and timed[-1][1] == 3000  # ab's XLA has no such K
 
 
+def test_k_sweeps_mark_where_xla_beat_the_entry_that_served():
+    """A K sweep's Aᵀ B row where XLA ran faster at a power-of-two K marks the entry
+    that served it, also below every range (where the lowest range's serves), and
+    only while that entry still holds the kernel timed."""
+    problem = Problem("atb", "float64", 5, 5)
+    timed = dataclasses.asdict(default_config(problem))
+    other = dataclasses.asdict(dataclasses.replace(default_config(problem), stages=default_config(problem).stages + 1))
+    key = _dispatch.problem_key(problem)
+
+    def row(k, tsmm_s, xla_s, config=timed):
+        return {"op": "atb", "dtype": "float64", "M": 5, "N": 5, "K": k, "config": config,
+                "tsmm_s": tsmm_s, "xla_s": xla_s}
+
+    entries = {key: [{"k_min": 3_000_000, "k_tuned": 3_000_000, "config": timed}]}
+    sweep = {"k_sweep": [row(1 << 20, 2.0, 1.0), row(1 << 21, 1.0, 2.0), row(1_000_000, 2.0, 1.0)]}
+    assert tune.mark_aligned_xla_wins([sweep], entries) == ([key], [])
+    (entry,) = entries[key]
+    assert (entry["xla_faster_at"], entry["xla_aligned_s"], entry["tsmm_aligned_s"]) == (1 << 20, 1.0, 2.0)
+    assert _dispatch._xla_measured_faster(entry, 1 << 20) and not _dispatch._xla_measured_faster(entry, 1 << 22)
+    entries = {key: [{"k_min": 3_000_000, "k_tuned": 3_000_000, "config": other}]}
+    assert tune.mark_aligned_xla_wins([sweep], entries) == ([], [key])
+    assert "xla_faster_at" not in entries[key][0]
+    # A mark below the kernel's K keeps XLA at the tuner's mark above it (K_ALIGNED)
+    entries = {key: [{"k_min": 3_000_000, "k_tuned": 3_000_000, "config": timed, "xla_faster_at": 1 << 22}]}
+    tune.mark_aligned_xla_wins([sweep], entries)
+    (entry,) = entries[key]
+    assert entry["xla_faster_at"] == 1 << 20 and entry["xla_faster_past_tuned"]
+    assert all(_dispatch._xla_measured_faster(entry, k) for k in (1 << 20, 1 << 21, 1 << 22, 1 << 23))
+    # ...as does a mark at the kernel's K beside one below it
+    entries = {key: [{"k_min": 1 << 18, "k_tuned": 1 << 20, "config": timed, "xla_faster_at": 1 << 18}]}
+    tune.mark_aligned_xla_wins([sweep], entries)
+    (entry,) = entries[key]
+    assert entry["xla_faster_at"] == 1 << 18 and entry["xla_faster_past_tuned"]
+    assert _dispatch._xla_measured_faster(entry, 1 << 20)
+
+
 class CallCut(Exception):
     """A device call's time limit, reached while a problem's second K range is timed."""
 
