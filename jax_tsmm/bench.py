@@ -598,30 +598,30 @@ def _plot_square_panel(ax, rows: list[dict], title: str) -> None:
     ax.set_xlabel("M = N")
 
 
+def _plot_lines(ax, rows: list[dict], group: str, along: str) -> None:
+    """% of roofline against ``along`` (a row's field) on a log2 axis, a colour per
+    value of ``group``, both libraries."""
+    for index, value in enumerate(sorted({r[group] for r in rows})):
+        line = sorted((r for r in rows if r[group] == value), key=lambda r: r[along])
+        xs = [r[along] for r in line]
+        ax.plot(xs, [r["tsmm_pct"] for r in line], "o-", ms=3, color=f"C{index}", label=f"jax_tsmm {value}")
+        ax.plot(xs, [r["xla_pct"] for r in line], "s--", ms=3, color=f"C{index}", label=f"XLA dot {value}")
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel(along)
+
+
 def _plot_mtsm_panel(ax, rows: list[dict], title: str) -> None:
     """% of the read roofline against N, a colour per M = K, both libraries."""
-    for index, size in enumerate(sorted({r["M"] for r in rows})):
-        grid = sorted((r for r in rows if r["M"] == size), key=lambda r: r["N"])
-        widths = [r["N"] for r in grid]
-        ax.plot(widths, [r["tsmm_pct"] for r in grid], "o-", ms=3, color=f"C{index}", label=f"jax_tsmm {size}")
-        ax.plot(widths, [r["xla_pct"] for r in grid], "s--", ms=3, color=f"C{index}", label=f"XLA dot {size}")
-    ax.set_xscale("log", base=2)
+    _plot_lines(ax, rows, "M", "N")
     widths = sorted({r["N"] for r in rows})
     ax.set_xticks(widths, [str(n) for n in widths])
     ax.set_title(f"{title}, M = K")
-    ax.set_xlabel("N")
 
 
 def _plot_sweep_panel(ax, rows: list[dict], title: str) -> None:
     """% of roofline against K (the ramp-up), a colour per M = N, both libraries."""
-    for index, width in enumerate(sorted({r["M"] for r in rows})):
-        sweep = sorted((r for r in rows if r["M"] == width), key=lambda r: r["K"])
-        ks = [r["K"] for r in sweep]
-        ax.plot(ks, [r["tsmm_pct"] for r in sweep], "o-", ms=3, color=f"C{index}", label=f"jax_tsmm {width}")
-        ax.plot(ks, [r["xla_pct"] for r in sweep], "s--", ms=3, color=f"C{index}", label=f"XLA dot {width}")
-    ax.set_xscale("log", base=2)
+    _plot_lines(ax, rows, "M", "K")
     ax.set_title(f"{title}, K sweep, M = N")
-    ax.set_xlabel("K")
 
 
 def parse_widths(text: str) -> list[int]:
