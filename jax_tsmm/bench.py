@@ -1,7 +1,7 @@
 """jax_tsmm against XLA's dot on this GPU, as a percentage of the memory/compute roofline.
 
     python -m jax_tsmm.bench [--dtypes float64,float32] [--ops atb,ab,ab_update,gram,mtsm]
-                             [--widths 1-64] [--pairs 1x8,13x48 | --no-pairs]
+                             [--widths 1-64 | --no-squares] [--pairs 1x8,13x48 | --no-pairs]
                              [--k-sweep [--k-sweep-widths 8] [--k-sweep-k K,...]]
                              [--model]
                              [--json out.json] [--plot out.png]
@@ -659,6 +659,8 @@ def main(argv=None) -> None:
     parser.add_argument("--pairs", default=",".join(f"{m}x{n}" for m, n in DEFAULT_PAIRS),
                         help="the M != N pairs, e.g. 1x21,30x1 (default: the twelve of DEFAULT_PAIRS)")
     parser.add_argument("--no-pairs", action="store_true", help="skip the M != N pairs")
+    parser.add_argument("--no-squares", action="store_true",
+                        help="skip the M = N rows (e.g. a K sweep or the mtsm grid alone)")
     parser.add_argument("--pair-grid", default=None,
                         help="every M != N pair of these widths, e.g. 1-4,6,8 (in place of --pairs): with "
                              "--model, the surveys that tune --from-bench records for dispatch's pair rules")
@@ -702,7 +704,8 @@ def main(argv=None) -> None:
     dtypes = [np.dtype(d) for d in args.dtypes.split(",")]
     ops = args.ops.split(",")
     pairs = grid_pairs(args.pair_grid) if args.pair_grid else parse_shapes(args.pairs)
-    shapes = [(w, w) for w in parse_widths(args.widths)] + ([] if args.no_pairs else pairs)
+    squares = [] if args.no_squares else [(w, w) for w in parse_widths(args.widths)]
+    shapes = squares + ([] if args.no_pairs else pairs)
     tall_ops = [op for op in ops if op != "mtsm"]
     sweep_widths = parse_widths(args.k_sweep_widths) if args.k_sweep else []
     sweep_ks = [int(k) for k in args.k_sweep_k.split(",")]

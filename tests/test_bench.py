@@ -210,6 +210,22 @@ def test_main_numbers_every_row_as_it_is_timed(monkeypatch, tmp_path, capsys):
     assert (tmp_path / "run.png").exists() and (tmp_path / "run.md").exists()
 
 
+def test_a_k_sweep_runs_alone_without_the_square_rows(monkeypatch, tmp_path, capsys):
+    """--no-squares and --no-pairs leave the K sweep alone: its rows, its plot panels
+    and the ramp-up table, with no main rows and no summary table."""
+    pytest.importorskip("matplotlib")
+    _fake_gpu_run(monkeypatch)
+    json_path = tmp_path / "run.json"
+    bench.main(["--dtypes", "float64", "--ops", "atb", "--no-squares", "--no-pairs", "--k-sweep",
+                "--k-sweep-widths", "2,3", "--k-sweep-k", "65536,1048576", "--json", str(json_path),
+                "--plot", str(tmp_path / "run.png")])
+    report = json.loads(json_path.read_text())
+    assert report["rows"] == [] and len(report["k_sweep"]) == 4
+    printed = capsys.readouterr().out
+    assert "min x at 2^16" in printed and ">=90%" not in printed
+    assert int.from_bytes((tmp_path / "run.png").read_bytes()[20:24], "big") == 3 * 120  # the sweep's one panel
+
+
 def test_without_nvcc_a_run_compiles_nothing_and_its_rows_name_what_ran(monkeypatch, tmp_path, no_nvcc):
     """On a GPU without nvcc the lowering takes XLA's dot wherever the kernel is
     not prebuilt (3 x 3); the run asks the compiler for nothing (the real
