@@ -496,9 +496,10 @@ def test_largest_range_atb_winner_is_timed_against_xla_at_an_aligned_k(monkeypat
 
 
 def test_k_sweeps_mark_where_xla_beat_the_entry_that_served():
-    """A K sweep's Aᵀ B row where XLA ran faster at a power-of-two K marks the entry
-    that served it, also below every range (where the lowest range's serves), and
-    only while that entry still holds the kernel timed."""
+    """A K sweep's Aᵀ B row where XLA ran faster at a power-of-two K, by more than
+    ALIGNED_XLA_MARGIN, marks the entry that served it, also below every range
+    (where the lowest range's serves), and only while that entry still holds the
+    kernel timed."""
     problem = Problem("atb", "float64", 5, 5)
     timed = dataclasses.asdict(default_config(problem))
     other = dataclasses.asdict(dataclasses.replace(default_config(problem), stages=default_config(problem).stages + 1))
@@ -509,7 +510,9 @@ def test_k_sweeps_mark_where_xla_beat_the_entry_that_served():
                 "tsmm_s": tsmm_s, "xla_s": xla_s}
 
     entries = {key: [{"k_min": 3_000_000, "k_tuned": 3_000_000, "config": timed}]}
-    sweep = {"k_sweep": [row(1 << 20, 2.0, 1.0), row(1 << 21, 1.0, 2.0), row(1_000_000, 2.0, 1.0)]}
+    within_margin = 1 + tune.ALIGNED_XLA_MARGIN / 2
+    sweep = {"k_sweep": [row(1 << 20, 2.0, 1.0), row(1 << 21, 1.0, 2.0), row(1_000_000, 2.0, 1.0),
+                         row(1 << 19, within_margin, 1.0)]}
     assert tune.mark_aligned_xla_wins([sweep], entries) == ([key], [])
     (entry,) = entries[key]
     assert (entry["xla_faster_at"], entry["xla_aligned_s"], entry["tsmm_aligned_s"]) == (1 << 20, 1.0, 2.0)
