@@ -171,10 +171,7 @@ def tuned(key: str, k: int, arch: str, device: str = "", aligned_marks: bool = T
     entries = database(arch, device).get(key, [])
     if not entries and _model_only:
         return None
-    chosen = entries[0] if entries else None
-    for entry in entries:
-        if entry["k_min"] <= k:
-            chosen = entry
+    chosen = range_entry(entries, k)
     op, dtype, _ = key.split(":")
     small_k = small_k_of(dtype)
     if op in ("atb", "ab", "gram") and k < small_k and (
@@ -192,6 +189,16 @@ def tuned(key: str, k: int, arch: str, device: str = "", aligned_marks: bool = T
         if chosen["config"] is not None and aligned_marks and _xla_measured_faster(chosen, k):
             return {"k_min": chosen["k_min"], "k_tuned": chosen["xla_faster_at"], "config": None,
                     "rule": f"XLA's Aᵀ B measured faster at K = {chosen['xla_faster_at']}, a factor of K"}
+    return chosen
+
+
+def range_entry(entries: list[dict], k: int) -> dict | None:
+    """Of a key's entries (sorted by k_min), the one of the K range holding ``k``;
+    below every range, the lowest range's; None without entries."""
+    chosen = entries[0] if entries else None
+    for entry in entries:
+        if entry["k_min"] <= k:
+            chosen = entry
     return chosen
 
 

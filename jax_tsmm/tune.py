@@ -585,8 +585,7 @@ def mark_aligned_xla_wins(reports: list[dict], entries: dict[str, list[dict]]) -
                     or row["xla_s"] * (1 + ALIGNED_XLA_MARGIN) >= row["tsmm_s"]):
                 continue
             key = _dispatch.problem_key(Problem("atb", row["dtype"], row["M"], row["N"]))
-            serving = [entry for entry in entries.get(key, []) if entry["k_min"] <= k] or entries.get(key, [])[:1]
-            entry = serving[-1] if serving else None
+            entry = _dispatch.range_entry(entries.get(key, []), k)
             if entry is None or entry["config"] is not None and Config(**entry["config"]) != Config(**row["config"]):
                 elsewhere.append(key)
                 continue
