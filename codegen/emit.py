@@ -997,9 +997,6 @@ def _atb_mma_body(spec: KernelSpec, ar: _Arith) -> tuple[list[str], list[tuple[s
     # multiplies and the zero partner of its transposed lone block.
     sum_parts = (("rr", ".x"), ("ii", ".y"), ("mix", "_mix")) if gauss else (("acc", ""),)
     spares = [f"spare_{name}" for name, _ in sum_parts] if gauss else ["spare"]
-    # lone_stacked: the lone block of M takes the four real sums rr, ii, ri = Re(a)ᵀ Im(b) and
-    # ir = Im(a)ᵀ Re(b) in place of Gauss's three (no mix); Gauss's products cover the pairs.
-    paired_m = tm - 1 if c.lone_stacked else tm
 
     live_flags, live = _idle_block_skips(spec)
 
@@ -1049,19 +1046,12 @@ def _atb_mma_body(spec: KernelSpec, ar: _Arith) -> tuple[list[str], list[tuple[s
             return lines + tf32_products(tm, tn, lambda i, j: f"part_{i}_{j}", lambda i, h: f"a{i}_{h}",
                                          lambda j, h: f"b{j}_{h}", lone_transposed=True)
         if gauss:
-            lines += [*[f"const double a{i}_mix = a{i}.x {mix_sign} a{i}.y;" for i in range(paired_m)],
+            lines += [*[f"const double a{i}_mix = a{i}.x {mix_sign} a{i}.y;" for i in range(tm)],
                       *[f"const double b{j}_mix = b{j}.x + b{j}.y;" for j in range(tn)]]
         for (name, part), spare in zip(sum_parts, spares):
-            lines += dmma_products(paired_m, tn, lambda i, j, name=name: f"{name}_{i}_{j}",
+            lines += dmma_products(tm, tn, lambda i, j, name=name: f"{name}_{i}_{j}",
                                    lambda i, part=part: f"a{i}{part}", lambda j, part=part: f"b{j}{part}",
                                    lone_transposed=c.lone_transposed, spare=spare, live=live)
-        if c.lone_stacked:
-            lone = tm - 1
-            for j in range(tn):
-                lines += [f"tsmm_dmma16(rr_{lone}_{j}_0, rr_{lone}_{j}_1, ir_{lone}_{j}_0, ir_{lone}_{j}_1, "
-                          f"a{lone}.x, a{lone}.y, b{j}.x);",
-                          f"tsmm_dmma16(ri_{lone}_{j}_0, ri_{lone}_{j}_1, ii_{lone}_{j}_0, ii_{lone}_{j}_1, "
-                          f"a{lone}.x, a{lone}.y, b{j}.y);"]
         return lines
 
     # fma_edges: slot `edge_slot` takes rows edge_slot + u * slots of the result against the
@@ -1188,20 +1178,13 @@ def _atb_mma_body(spec: KernelSpec, ar: _Arith) -> tuple[list[str], list[tuple[s
            "// at the end: three DMMA where the real view takes four. Elements of blocks that",
            "// pair up in an m16n8k4 A operand are read by two 8-byte loads (tsmm_load_parts)."]
           if gauss else []),
-        *([f"// Block row {tm - 1} has no partner (lone_stacked): its fragment's Re and Im, one",
-           "// 16-byte load, are an m16n8k4's 16 rows against Re(b), then Im(b): the four real",
-           "// sums rr, ir (rows +8), ri and ii in two full steps where Gauss's three m8n8k4",
-           "// would issue half-empty (Hopper runs m8n8k4 at half m16n8k4's rate)."]
-          if c.lone_stacked else []),
         "// Columns past M or N are clamped for reading; their results are never stored.",
         "const int frag_k = lane % 4;",
         *[f"const int col_a{i} = min((warp_m * {tm} + {i}) * 8 + lane / 4, {p.m - 1});" for i in range(tm)],
         *[f"const int col_b{j} = min((warp_n * {tn} + {j}) * 8 + lane / 4, {p.n - 1});" for j in range(tn)],
         "",
         *[f"{acc_type} {name}_{i}_{j}_{h} = 0;" for name, _ in sum_parts
-          for i in range(paired_m if name == "mix" else tm) for j in range(tn) for h in range(2)],
-        *[f"double {name}_{tm - 1}_{j}_{h} = 0;" for name in ("ri", "ir") if c.lone_stacked
-          for j in range(tn) for h in range(2)],
+          for i in range(tm) for j in range(tn) for h in range(2)],
         *([f"double {spare}_0 = 0, {spare}_1 = 0;  // the lone block's zero partner" for spare in spares]
           if c.lone_transposed and tn % 2 else []),
         *live_flags,
@@ -1226,10 +1209,7 @@ def _atb_mma_body(spec: KernelSpec, ar: _Arith) -> tuple[list[str], list[tuple[s
     body += edge_quad_sums
     if gauss:
         body += ["// Gauss's combination of each lane's entries into the complex result.",
-                 *gauss_combination(paired_m, tn, gauss_sign, "double2"),
-                 *[f"double2 acc_{tm - 1}_{j}_{h} = make_double2(rr_{tm - 1}_{j}_{h} {gauss_sign} ii_{tm - 1}_{j}_{h}, "
-                   f"ri_{tm - 1}_{j}_{h} {mix_sign} ir_{tm - 1}_{j}_{h});"
-                   for j in range(tn) for h in range(2) if c.lone_stacked]]
+                 *gauss_combination(tm, tn, gauss_sign, "double2")]
     outputs = []
     for i in range(tm):
         lone = (tf32 or c.lone_transposed) and i == tm - 1 and tm % 2  # transposed (tf32_products, dmma_products)

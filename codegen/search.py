@@ -446,15 +446,11 @@ def neighbours(problem: Problem, config: Config, arch: str = "sm_90") -> list[Co
                           tile_n=_nearest_divisor(start.mma_blocks(problem.n), c.tile_n)))
         if c.stage_copy != "vector":  # whether a producer warp pays for the registers it takes is not modelled
             steps.append(dict(stage_copy="bulk_inline" if c.stage_copy == "bulk" else "bulk"))
-        if not c.tf32x3:  # DMMA's lone block of M: transposed (or stacked) as before where the tile keeps
-            # one, or flipped; Gauss's also stacked in place of its three half-empty steps (lone_stacked)
-            steps = [dict(step, lone_transposed=c.lone_transposed and step.get("tile_m", c.tile_m) % 2 == 1,
-                          lone_stacked=c.lone_stacked and step.get("tile_m", c.tile_m) % 2 == 1)
+        if not c.tf32x3:  # DMMA's lone block of M: transposed as before where the tile keeps one, or flipped
+            steps = [dict(step, lone_transposed=c.lone_transposed and step.get("tile_m", c.tile_m) % 2 == 1)
                      for step in steps]
             if c.tile_m % 2:
-                steps.append(dict(lone_transposed=not c.lone_transposed, lone_stacked=False))
-                if c.gauss:
-                    steps.append(dict(lone_stacked=not c.lone_stacked, lone_transposed=False))
+                steps.append(dict(lone_transposed=not c.lone_transposed))
     found = _fitted_steps(c, steps, lambda f: _usable(KernelSpec(problem, f)))
     if c.mma and problem.op == "atb":
         found += [b for b in _balanced_tiles(problem, c) if b != c and b not in found]

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 OPS = ("atb", "ab")
 # Config fields added after 2026-11-27, whose defaults keep the kernels as they were
 # (KernelSpec.source_fields).
-LATER_FIELDS = ("ring_takes_chunks", "triangle", "lone_stacked")
+LATER_FIELDS = ("ring_takes_chunks", "triangle")
 
 # dtype name -> (C type of one real component, components per element)
 DTYPES = {
@@ -326,16 +326,6 @@ class Config:
                      the tile at place (0, 0) also the corner's upper half:
                      float64 49 runs a triangle of 6 blocks a side and one edge
                      column where it would pad to 7 blocks.
-    lone_stacked     Gauss's atb with an odd tile_m (its lone block not
-                     transposed): the lone last block of M takes the four real
-                     products in two m16n8k4 per block of N, Re(a) and Im(a) of
-                     its fragment (one 16-byte load, a register pair) stacked as
-                     the 16 rows against Re(b), then Im(b), where Gauss's three
-                     products take three m8n8k4, which Hopper issues half-empty:
-                     a 7x1 tile issues 11 steps' tensor time instead of 12, a
-                     5x1 tile 8 instead of 9 (transposed beside a zero partner,
-                     lone_transposed, the lone block takes three; at tile_n 3
-                     both take six, at an even tile_n transposing takes fewer).
     """
 
     tile_m: int = 1
@@ -361,7 +351,6 @@ class Config:
     waves: int = 1
     ring_takes_chunks: bool = False
     triangle: bool = False
-    lone_stacked: bool = False
 
 
 @dataclass(frozen=True)
@@ -779,8 +768,7 @@ class KernelSpec:
         2x2 and 4x2 blocks)."""
         c = self.config
         spares = 3 * 2 * 2 if c.lone_transposed and c.tile_n % 2 else 0  # the lone block's zero partners
-        stacked = c.tile_n * 2 * 2 - 2 if c.lone_stacked else 0  # its fourth sums, no mix fragment
-        return c.tile_m * c.tile_n * 3 * 2 * 2 + (c.tile_m + c.tile_n) * 3 * 2 + spares + stacked + 56
+        return c.tile_m * c.tile_n * 3 * 2 * 2 + (c.tile_m + c.tile_n) * 3 * 2 + spares + 56
 
     def bounded_registers(self) -> int:
         """The registers a launch bound must allow for ptxas to fit the kernel without
@@ -1012,11 +1000,6 @@ def validate(spec: KernelSpec) -> None:
         raise InvalidSpec("; ".join(errors), spec)
     if c.gauss and not (p.dtype == "complex128" and c.mma and (c.stage_out or not p.update)):
         errors.append("gauss serves complex128 atb and ab (the update with staged output) with mma")
-        raise InvalidSpec("; ".join(errors), spec)
-    if c.lone_stacked and not (p.op == "atb" and c.gauss and c.tile_m % 2 and not c.lone_transposed
-                               and not c.fma_edges and not c.triangle):
-        errors.append("lone_stacked serves Gauss's atb with an odd tile_m, its lone block not transposed "
-                      "(without fma_edges and the triangle)")
         raise InvalidSpec("; ".join(errors), spec)
     if c.mma and ((p.dtype not in MMA_DTYPES and not c.gauss) or c.m_panels != 1
                   or (p.op == "ab" and c.c_source != ("shared" if c.wgmma else "global"))):

@@ -852,24 +852,22 @@ def test_dmma_products_compute_the_tile(tile_m, tile_n, lone_transposed):
 
 
 @pytest.mark.parametrize("conj", [False, True])
-@pytest.mark.parametrize("tile_m, tile_n, lone_stacked", [(7, 1, True), (5, 1, True), (3, 2, True), (3, 1, False),
-                                                          (2, 2, False)])
-def test_gauss_atb_row_step_computes_the_complex_tile(tile_m, tile_n, lone_stacked, conj):
+@pytest.mark.parametrize("tile_m, tile_n", [(7, 1), (3, 2), (2, 2)])
+def test_gauss_atb_row_step_computes_the_complex_tile(tile_m, tile_n, conj):
     """Gauss's atb kernel (Config.gauss), its row step's fragment mixes and tensor steps
     run as PTX defines them and its combination evaluated per lane, gives every 8x8
-    block of op(A)ᵀ B for the rows of one step: the pairs by three products, a lone
-    block by three m8n8k4 or, with lone_stacked, by four sums in two m16n8k4 whose 16
-    rows are its fragment's Re and Im (no m8n8k4 left)."""
+    block of op(A)ᵀ B for the rows of one step: the pairs of blocks by three m16n8k4,
+    a lone block by three m8n8k4."""
     rng = np.random.default_rng()
     problem = Problem("atb", "complex128", 8 * tile_m, 8 * tile_n, conj=conj)
     config = Config(tile_m=tile_m, tile_n=tile_n, mapping="blocked", row_groups=1, rows_per_stage=32, stages=3,
-                    mma=True, gauss=True, stage_copy="bulk", blocks_per_sm=1, lone_stacked=lone_stacked)
+                    mma=True, gauss=True, stage_copy="bulk", blocks_per_sm=1)
     spec = KernelSpec(problem, config)
     lines = [line.strip() for line in kernel_source(spec).splitlines()]
-    sums = re.compile(r"\b(rr|ii|mix|ri|ir)_\d")
+    sums = re.compile(r"\b(rr|ii|mix)_\d")
     steps = [line for line in lines if line.startswith(("tsmm_dmma16(", "tsmm_dmma(")) and sums.search(line)]
     half_empty = any(line.startswith("tsmm_dmma(") for line in steps)
-    assert half_empty == bool(tile_m % 2 and not lone_stacked)
+    assert half_empty == bool(tile_m % 2)
     a = {i: rng.standard_normal((4, 8)) + 1j * rng.standard_normal((4, 8)) for i in range(tile_m)}
     b = {j: rng.standard_normal((4, 8)) + 1j * rng.standard_normal((4, 8)) for j in range(tile_n)}
     fragments = {**{f"{i}.x": a[i].real for i in a}, **{f"{i}.y": a[i].imag for i in a}}
@@ -893,29 +891,6 @@ def test_gauss_atb_row_step_computes_the_complex_tile(tile_m, tile_n, lone_stack
             values = {name: vals[lane] for name, vals in regs.items()}
             got = complex(eval(combined[4], {}, values), eval(combined[5], {}, values))
             assert np.isclose(got, want[lane // 4, 2 * (lane % 4) + h])
-
-
-def test_gauss_lone_stacked_where_its_tile_has_a_lone_block():
-    """Config.lone_stacked serves Gauss's atb with an odd tile_m whose lone block is not
-    transposed, without fma_edges or the triangle; the tuner's neighbours flip it, and
-    trade it for the lone block transposed and back."""
-    problem = Problem("atb", "complex128", 51, 51)
-    base = Config(tile_m=7, tile_n=1, mapping="blocked", row_groups=1, rows_per_stage=32, stages=3, mma=True,
-                  gauss=True, stage_copy="bulk", blocks_per_sm=1, lone_stacked=True)
-    validate(KernelSpec(problem, base))
-    for other, change in ((problem, dict(tile_m=2)), (problem, dict(lone_transposed=True)),
-                          (problem, dict(fma_edges=True, tile_m=3)),
-                          (Problem("atb", "float64", 102, 102), dict(gauss=False)),
-                          (Problem("atb", "complex128", 51, 51, conj=True, gram=True),
-                           dict(triangle=True, tile_m=3, tile_n=3)),
-                          (Problem("ab", "complex128", 51, 51), dict(c_source="global", stage_out=True, tile_m=3))):
-        with pytest.raises(InvalidSpec, match="lone_stacked"):
-            validate(KernelSpec(other, dataclasses.replace(base, **change)))
-    plain = dataclasses.replace(base, lone_stacked=False)
-    assert base in neighbours(problem, plain) and plain in neighbours(problem, base)
-    transposed = dataclasses.replace(plain, lone_transposed=True)
-    assert transposed in neighbours(problem, base) and base in neighbours(problem, transposed)
-    assert KernelSpec(problem, base).name != KernelSpec(problem, plain).name
 
 
 def test_dmma_lone_block_transposed_where_the_tile_has_one():

@@ -583,47 +583,40 @@ def test_dmma_lone_transposed_path(dtype, m, n, tile_m, tile_n, row_groups, stag
     check_forced(spec, "atb", a, b)
 
 
-GAUSS_CASES = [  # M, N, tile_m, tile_n, row_groups, stage_copy, lone, fma_edges: whole warp tiles of 8 and 7
+GAUSS_CASES = [  # M, N, tile_m, tile_n, row_groups, stage_copy, lone_transposed, fma_edges: whole warp tiles of 8 and 7
     # blocks, padded tiles, rows 1 apart (50), 2 apart (odd) and in padded groups of 8 (64, 13 x 48), several
     # row groups (the block reduction of complex sums), a lone padded block; the lone block of M transposed
     # against pairs of N's blocks, with a zero partner at odd tile_n (1x7 at 49, 1x3 at 13 x 48); bulk copies
-    # inline (the 8 warps of 2x4 tiles at 57 with no producer warp to cap their registers); the lone block's four
-    # real sums stacked in m16n8k4 (lone_stacked: 7x1 tiles at 51, 5x1 in two row groups at 40, 1x3 tiles of a
-    # padded block with vector copies at 13 x 48)
-    (57, 57, 4, 2, 1, "vector", "", False),
-    (53, 53, 2, 2, 1, "vector", "", False),
-    (50, 50, 3, 4, 1, "bulk", "", False),
-    (64, 64, 2, 4, 1, "bulk", "", False),
-    (13, 48, 2, 2, 3, "bulk", "", False),
-    (57, 57, 2, 4, 1, "bulk_inline", "", False),
-    (13, 48, 2, 2, 3, "bulk_inline", "", False),
-    (61, 40, 2, 5, 2, "vector", "", False),
-    (5, 3, 1, 1, 2, "vector", "", False),
-    (49, 49, 1, 7, 1, "bulk", "transposed", False),
-    (49, 49, 1, 7, 1, "bulk_inline", "transposed", False),
-    (57, 57, 3, 4, 1, "bulk", "transposed", False),
-    (13, 48, 1, 3, 2, "bulk", "transposed", False),
-    (61, 40, 3, 2, 1, "vector", "transposed", False),
-    (51, 51, 7, 1, 1, "bulk", "stacked", False),
-    (40, 40, 5, 1, 2, "bulk", "stacked", False),
-    (13, 48, 1, 3, 2, "vector", "stacked", False),
+    # inline (the 8 warps of 2x4 tiles at 57 with no producer warp to cap their registers)
+    (57, 57, 4, 2, 1, "vector", False, False),
+    (53, 53, 2, 2, 1, "vector", False, False),
+    (50, 50, 3, 4, 1, "bulk", False, False),
+    (64, 64, 2, 4, 1, "bulk", False, False),
+    (13, 48, 2, 2, 3, "bulk", False, False),
+    (57, 57, 2, 4, 1, "bulk_inline", False, False),
+    (13, 48, 2, 2, 3, "bulk_inline", False, False),
+    (61, 40, 2, 5, 2, "vector", False, False),
+    (5, 3, 1, 1, 2, "vector", False, False),
+    (49, 49, 1, 7, 1, "bulk", True, False),
+    (49, 49, 1, 7, 1, "bulk_inline", True, False),
+    (57, 57, 3, 4, 1, "bulk", True, False),
+    (13, 48, 1, 3, 2, "bulk", True, False),
+    (61, 40, 3, 2, 1, "vector", True, False),
     # with the edges past whole blocks on the FMA units (fma_edges, complex FMAs): both edges (50, 41 x 34),
     # the M edge alone (13 x 48), beside a transposed lone block (49), several row groups and vector copies
-    (50, 50, 3, 2, 1, "bulk_inline", "", True),
-    (49, 49, 3, 2, 1, "bulk", "transposed", True),
-    (41, 34, 2, 2, 2, "vector", "", True),
-    (13, 48, 1, 3, 2, "bulk", "transposed", True),
+    (50, 50, 3, 2, 1, "bulk_inline", False, True),
+    (49, 49, 3, 2, 1, "bulk", True, True),
+    (41, 34, 2, 2, 2, "vector", False, True),
+    (13, 48, 1, 3, 2, "bulk", True, True),
 ]
-GAUSS_PARAMETERS = ("m", "n", "tile_m", "tile_n", "row_groups", "stage_copy", "lone", "fma_edges", "conj")
+GAUSS_PARAMETERS = ("m", "n", "tile_m", "tile_n", "row_groups", "stage_copy", "lone_transposed", "fma_edges", "conj")
 
 
-def gauss_spec(m, n, tile_m, tile_n, row_groups, stage_copy, lone, fma_edges, conj) -> KernelSpec:
-    """The kernel of a GAUSS_CASES row: ``lone`` "transposed" or "stacked" its lone block
-    of M so (Config.lone_transposed, Config.lone_stacked)."""
+def gauss_spec(m, n, tile_m, tile_n, row_groups, stage_copy, lone_transposed, fma_edges, conj) -> KernelSpec:
+    """The kernel of a GAUSS_CASES row."""
     return two_passes_a_stage(Problem("atb", "complex128", m, n, conj=conj), Config(
         tile_m=tile_m, tile_n=tile_n, mapping="blocked", row_groups=row_groups, mma=True, gauss=True,
-        stage_copy=stage_copy, lone_transposed=lone == "transposed", lone_stacked=lone == "stacked",
-        fma_edges=fma_edges, blocks_per_sm=1))
+        stage_copy=stage_copy, lone_transposed=lone_transposed, fma_edges=fma_edges, blocks_per_sm=1))
 
 
 @pytest.fixture(scope="module")
@@ -634,13 +627,14 @@ def gauss_kernels_compiled(request):
 @pytest.mark.parametrize("conj", [False, True])
 @pytest.mark.parametrize(", ".join(GAUSS_PARAMETERS[:-1]), GAUSS_CASES)
 @pytest.mark.parametrize("k", [1, 37, 100_003, 10**6 + 7])
-def test_gauss_path(m, n, tile_m, tile_n, row_groups, stage_copy, lone, fma_edges, conj, k, gauss_kernels_compiled):
+def test_gauss_path(m, n, tile_m, tile_n, row_groups, stage_copy, lone_transposed, fma_edges, conj, k,
+                    gauss_kernels_compiled):
     """complex128 atb by Gauss's three real products on DMMA (Config.gauss), Aᵀ B and
     Aᴴ B: within the error bound, through many rounds of the ring with a ragged last
     chunk, over batch items off a 16-byte boundary (the long K on one item), and
     the same bits on every run."""
     rng = np.random.default_rng()
-    spec = gauss_spec(m, n, tile_m, tile_n, row_groups, stage_copy, lone, fma_edges, conj)
+    spec = gauss_spec(m, n, tile_m, tile_n, row_groups, stage_copy, lone_transposed, fma_edges, conj)
     batch = () if k > 10**6 else (3,)
     a, b = operands(rng, "atb", "complex128", k, m, n, batch, batch)
     check_forced(spec, "atb", a, b, conj)
