@@ -143,6 +143,17 @@ def test_database_keys_name_their_problems():
             assert problem_key(key_problem(key)) == key
 
 
+def test_a_config_reads_as_its_tile_and_the_fields_it_sets():
+    """A Config's repr (the tuner's log line) names its tile and the fields away from
+    their defaults, and evaluates back to the same config: every shipped entry's."""
+    configs = {Config(**entry["config"]) for entries in _dispatch.database("sm_90", "NVIDIA H200").values()
+               for entry in entries if entry.get("config") and "tile_m" in entry["config"]}
+    assert len(configs) > 100
+    for config in configs:
+        assert eval(repr(config), {"Config": Config}) == config
+    assert repr(Config(tile_m=3, gauss=True, blocks_per_sm=2)) == "Config(tile_m=3, tile_n=1, gauss=True)"
+
+
 def test_every_width_gets_a_valid_default():
     """All (M, N) up to 128, every op and dtype: the model's choice validates; wide
     complex128 atb splits the result into panels of rows."""
