@@ -51,6 +51,7 @@ import dataclasses
 import datetime
 import itertools
 import json
+import lzma
 import math
 import pathlib
 import statistics
@@ -555,6 +556,13 @@ def write_report(report: dict, path: str) -> None:
         f.write(markdown(report))
 
 
+def read_report(path: str | pathlib.Path) -> dict:
+    """A report written by ``write_report``, also as docs/bench keeps it, packed by xz (.json.xz)."""
+    path = pathlib.Path(path)
+    text = lzma.open(path, "rt").read() if path.suffix == ".xz" else path.read_text()
+    return json.loads(text)
+
+
 OP_TITLES = {"atb": "Aᵀ B", "ab": "A C", "ab_update": "V − Q C", "gram": "Aᴴ A", "mtsm": "A X", "mtsm_t": "Aᵀ X"}
 
 
@@ -690,7 +698,7 @@ def main(argv=None) -> None:
     args = parser.parse_args(argv)
     if args.summary:
         for path in args.summary:
-            report = json.loads(pathlib.Path(path).read_text())
+            report = read_report(path)
             state = "" if report.get("complete", True) else ", cut off"  # reports before the flag were whole
             print(f"{path}: {report['device']}, {report['date']}, {len(report['rows'])} rows{state}")
             print(summary(report["rows"]))

@@ -1,7 +1,7 @@
 """The latest measurement of each kernel dispatch picks now, gathered from bench reports.
 
-    python scripts/as_dispatched.py docs/bench/h200-2026-11-29ze-bench-f32-ab-1-64.json \
-        docs/bench/h200-2026-11-29z[f-h]-bench-f32-ab-retuned.json [--ops ab] [--dtypes float32] [--plot out.png]
+    python scripts/as_dispatched.py docs/bench/h200-2026-11-29ze-bench-f32-ab-1-64.json.xz \
+        docs/bench/h200-2026-11-29z[f-h]-bench-f32-ab-retuned.json.xz [--ops ab] [--dtypes float32] [--plot out.png]
 
 Reads bench reports (``python -m jax_tsmm.bench --json``) of one GPU model and
 one loop length, oldest first, and keeps for each row (op, dtype, M, N, K) the latest one whose
@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import pathlib
 
 from jax_tsmm import _cuda, _dispatch, _mtsm, bench
@@ -79,7 +78,7 @@ def main() -> None:
     parser.add_argument("--dtypes", default=None, help="only these dtypes' rows, e.g. complex64 (default: all)")
     parser.add_argument("--plot", default=None, help="a PNG of the rows kept, as the bench draws them")
     args = parser.parse_args()
-    reports = [json.loads(path.read_text()) for path in args.reports]
+    reports = [bench.read_report(path) for path in args.reports]
     for report in reports:
         report["rows"] = [row for row in report["rows"]
                           if (args.ops is None or row["op"] in args.ops.split(","))

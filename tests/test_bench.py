@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import json
+import lzma
 
 import numpy as np
 import pytest
@@ -253,7 +254,8 @@ def test_without_nvcc_a_run_compiles_nothing_and_its_rows_name_what_ran(monkeypa
 
 def test_a_run_cut_off_keeps_the_rows_it_timed(monkeypatch, tmp_path, capsys):
     """A run stopped after its second row (a device call's time limit) leaves a report
-    of those two rows, marked incomplete, in JSON and Markdown; --summary tabulates it."""
+    of those two rows, marked incomplete, in JSON and Markdown; --summary tabulates it,
+    also packed by xz as docs/bench keeps reports."""
     calls = itertools.count()
 
     def timer_that_stops(*args, **kwargs):
@@ -274,6 +276,10 @@ def test_a_run_cut_off_keeps_the_rows_it_timed(monkeypatch, tmp_path, capsys):
     printed = capsys.readouterr().out.splitlines()
     assert printed[0] == f"{json_path}: Fake GPU, {report['date']}, 2 rows, cut off"
     assert printed[2].split()[:4] == ["ab", "float64", "M", "="] and printed[2].split()[5] == "2"
+    packed = tmp_path / "run.json.xz"
+    packed.write_bytes(lzma.compress(json_path.read_bytes()))
+    bench.main(["--summary", str(packed)])
+    assert capsys.readouterr().out.splitlines()[1:] == printed[1:]
 
 
 def _no_device_for_timing(monkeypatch):
