@@ -705,7 +705,7 @@ def main(argv=None) -> None:
     args = parser.parse_args(argv)
     bench.set_loop_seconds(args.loop_seconds)
     if args.from_bench:
-        reports = [json.loads(p.read_text()) for p in args.from_bench]
+        reports = [bench.read_report(p) for p in args.from_bench]
         devices = {report["device"] for report in reports}
         if args.db:
             path = args.db
@@ -724,7 +724,7 @@ def main(argv=None) -> None:
         _save(path, db)
         return
     if args.xla_aligned_from:
-        reports = [json.loads(p.read_text()) for p in args.xla_aligned_from]
+        reports = [bench.read_report(p) for p in args.xla_aligned_from]
         path = args.db or database_file("sm_90", reports[0]["device"], args.device_db)
         db = json.loads(path.read_text())
         marked, elsewhere = mark_aligned_xla_wins(reports, db["entries"])

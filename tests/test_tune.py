@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import json
+import lzma
 
 import jax.numpy as jnp
 import numpy as np
@@ -646,18 +647,19 @@ def test_from_bench_records_one_gpu_model_at_a_time(monkeypatch, tmp_path):
 
 
 def test_from_bench_replaces_only_the_k_ranges_it_measured(tmp_path):
+    """Read from a report packed by xz, as docs/bench keeps them."""
     config = dataclasses.asdict(default_config(Problem("atb", "float64", 7, 5)))
     report = {"device": "GPU", "date": "2026-11-22",
               "rows": [_row("atb", "float64", 7, 5, 10**7, 1.0, 2.0, config),
                        _row("ab", "float64", 7, 5, 10**7, 1.0, 2.0, config)]}
-    (tmp_path / "report.json").write_text(json.dumps(report))
+    (tmp_path / "report.json.xz").write_bytes(lzma.compress(json.dumps(report).encode()))
     largest = tune.K_RANGES[-1][0]
     old = {"k_min": 1024, "config": None, "source": "bench GPU 2026-11-21"}
     stale = {"k_min": largest, "config": None, "source": "bench GPU 2026-11-21"}
     tuned = {"k_min": 0, "config": config}  # the tuner's: never replaced by bench rows
     db = tmp_path / "db.json"
     db.write_text(json.dumps({"entries": {"atb:float64:7x5": [old, stale], "ab:float64:7x5": [tuned]}}))
-    tune.main(["--from-bench", str(tmp_path / "report.json"), "--db", str(db)])
+    tune.main(["--from-bench", str(tmp_path / "report.json.xz"), "--db", str(db)])
     entries = json.loads(db.read_text())["entries"]
     assert [(e["k_min"], e["config"] is not None) for e in entries["atb:float64:7x5"]] == [(1024, False), (largest, True)]
     assert entries["ab:float64:7x5"] == [tuned]
