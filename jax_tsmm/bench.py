@@ -242,7 +242,7 @@ def operations(op: str):
 
 # Each trip of a timed loop costs 20-25 µs besides its calls: XLA's while loop,
 # whose trip count is an argument, waits on the host after each trip (H200,
-# h200-2026-11-25n-read-sets-per-trip.log). Two sets of the bench's gigabyte
+# h200-2026-11-25n-read-sets-per-trip.log.xz). Two sets of the bench's gigabyte
 # operands carry about 2 % of it, as the read ceiling's 2 GiB buffers do;
 # smaller operands rotate more sets, up to ROTATED_BYTES in all, so that a
 # call's share stays about as small (at two sets, 10-12 µs a call: an eighth of
