@@ -380,7 +380,8 @@ def neighbours(problem: Problem, config: Config, arch: str = "sm_90") -> list[Co
     of staged rows, for atb the warp tile's orientation and (mma) the FMA edges, the
     tile trimmed to the core's blocks where it overhangs, DMMA's lone block of M
     transposed or not, for ab on the tensor cores the slabs per warp (not wgmma's)
-    and the stage copies, and for ab's cp.async ring the order of its chunks
+    and the stage copies, on DMMA also the blocks of columns per warp, and for ab's
+    cp.async ring the order of its chunks
     (Config.ring_takes_chunks): the tuner's local search around its fastest
     candidate (benchmarking every candidate, as Tensile does, on a neighbourhood
     instead of the whole space). Rows per stage follow a change of row groups pass
@@ -422,6 +423,13 @@ def neighbours(problem: Problem, config: Config, arch: str = "sm_90") -> list[Co
         for tile_m in {c.tile_m * 2, c.tile_m // 2} - {0, c.tile_m}:
             moved = dataclasses.replace(c, tile_m=tile_m)
             steps.append(dict(tile_m=tile_m, rows_per_stage=passes * KernelSpec(problem, moved).rows_per_pass))
+    if c.mma and problem.op == "ab" and not c.wgmma and not c.tf32x3:
+        # Blocks of columns per warp, each served by C's fragments of every step in the
+        # warp's registers: more reuse of each staged row against fewer warps. On an H200
+        # (2026-12-01) Gauss's A C 60 ran 2 blocks a warp at 75.0 % of the roofline against
+        # 74.0 % for dispatch's 1 in the tuner, 71.8 against 67.8 % with 3 stages each in a
+        # comparison; no neighbour had offered it (performance.md, eighty-first round).
+        steps += [dict(tile_n=t) for t in (c.tile_n - 1, c.tile_n + 1) if t >= 1]
     if c.mma and problem.op == "ab" and has_bulk_copies(arch):  # (wgmma's too)
         # whether bulk copies pay at this geometry is not modelled
         steps.append(dict(stage_copy="vector" if c.stage_copy == "bulk" else "bulk", y_in_out=False,

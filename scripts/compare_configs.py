@@ -3,6 +3,8 @@
     python3 scripts/compare_configs.py atb:float64:58:58 ab:float64:7:7 \
         --vary stage_copy=vector,element [--vary blocks_per_sm=1,2] [--k 65536] [--flat | --tuned] \
         [--loop-seconds 0.3] [--json out.json]
+    python3 scripts/compare_configs.py ab:complex128:60:60 --tuned --vary c_source=global,shared \
+        --compile-only --device "NVIDIA H200"     # here, for the kernel cache to carry
     python3 scripts/compare_configs.py mtsm:float32:16384:16 --tuned --vary stages=2,3,4 [--splits model,4,8,16]
 
 For each shape (op:dtype:M:N; op atb, ab, ab_update or gram; or mtsm:dtype:SIZE:N and
@@ -13,7 +15,9 @@ the model's where dispatch takes XLA's dot) is timed with every
 combination of the varied Config (MtsmConfig) fields, on the bench's inputs (tall matrices
 of 1 GiB unless --k is given; mtsm's tuner inputs) and with the bench's loops,
 then XLA's dot once on the same inputs. Variants that fail validation or do
-not compile are reported and skipped. mtsm's variants are timed at each of
+not compile are reported and skipped. With --compile-only the variants are compiled
+into the kernel cache and nothing is timed (no GPU needed; --device names the GPU
+whose dispatched kernels --tuned varies). mtsm's variants are timed at each of
 ``--splits`` (blocks along K; "model" is the lowering's own choice, the
 default) in place of the lowering's choice. The predict-change-measure step of
 tuning by hand; the tuner (jax_tsmm.tune) searches the space.
@@ -65,11 +69,12 @@ def _tsmm_shape(shape: str, args, ceilings: dict):
     problem = _dispatch.named_problem(op, dtype, m, n)
     k = args.k or bench.problem_rows(m, n, np.dtype(dtype))
     base = flat_candidates(problem)[0] if args.flat else default_config(problem, _cuda.arch())
-    served = _dispatch.select_problem(problem, k, _cuda.arch(), _cuda.device_kind()) if args.tuned else None
+    served = _dispatch.select_problem(problem, k, _cuda.arch(), args.device or _cuda.device_kind()) \
+        if args.tuned else None
     if served is not None:  # a complex problem's kernel may be its real view's: vary that kernel
         problem, base = served.problem, served.config
-    sets = bench.operand_sets(op, np.dtype(dtype), m, n, k, seed=m * 1000 + n)
-    roof = bench.roofline_seconds(op, np.dtype(dtype), m, n, k, ceilings)
+    sets = None if args.compile_only else bench.operand_sets(op, np.dtype(dtype), m, n, k, seed=m * 1000 + n)
+    roof = None if args.compile_only else bench.roofline_seconds(op, np.dtype(dtype), m, n, k, ceilings)
 
     def spec_of(config: Config) -> KernelSpec:
         spec = KernelSpec(problem, config)
@@ -88,11 +93,12 @@ def _mtsm_shape(shape: str, args, ceilings: dict):
     problem = MtsmProblem(op == "mtsm_t", dtype, n)
     base = mtsm_default_config(problem)
     served = _mtsm.select(dtype, problem.transpose_a, n, False, _mtsm.problem_size(1, m, k), _cuda.arch(),
-                          _cuda.device_kind()) if args.tuned else None
+                          args.device or _cuda.device_kind()) if args.tuned else None
     if served is not None:
         base = served.config
-    sets = bench.mtsm_operand_sets(dtype, m, k, n, seed=m, transpose_a=problem.transpose_a)
-    roof = bench.mtsm_roofline_seconds(dtype, m, n, k, ceilings)
+    sets = None if args.compile_only else bench.mtsm_operand_sets(dtype, m, k, n, seed=m,
+                                                                  transpose_a=problem.transpose_a)
+    roof = None if args.compile_only else bench.mtsm_roofline_seconds(dtype, m, n, k, ceilings)
 
     def spec_of(config: MtsmConfig) -> MtsmSpec:
         spec = MtsmSpec(problem, config)
@@ -122,12 +128,20 @@ def main() -> None:
     parser.add_argument("--splits", default="model",
                         help="mtsm: S1,S2,... splits of K to time each variant at ('model': the lowering's)")
     parser.add_argument("--json", default=None)
+    parser.add_argument("--compile-only", action="store_true",
+                        help="compile the variants into the kernel cache ($JAX_TSMM_CACHE_DIR) and stop, on any "
+                             "machine with nvcc, for the cache to travel to the GPU machine")
+    parser.add_argument("--device", default=None,
+                        help="with --compile-only --tuned: the GPU model whose dispatched kernels to vary, e.g. "
+                             "\"NVIDIA H200\" (default: this machine's GPU)")
     args = parser.parse_args()
+    if args.device is not None and not args.compile_only:
+        parser.error("--device goes with --compile-only: a run varies the kernels of the GPU it runs on")
     bench.set_loop_seconds(args.loop_seconds)
     jax.config.update("jax_enable_x64", True)
-    if not _cuda.register_targets():
+    if not args.compile_only and not _cuda.register_targets():
         raise SystemExit("needs a GPU and the CUDA extension")
-    ceilings = bench.measure_ceilings()
+    ceilings = None if args.compile_only else bench.measure_ceilings()
     varied = [parse_vary(v) for v in args.vary]
     rows = []
     for shape in args.shapes:
@@ -142,6 +156,10 @@ def main() -> None:
                 specs.append(spec_of(config))
             except InvalidSpec as error:
                 print(f"{shape} {values}: invalid: {error}", flush=True)
+        if args.compile_only:
+            _kernels.precompile(specs, _cuda.arch())  # the default architecture where this machine has no GPU
+            print(f"{shape}: {len(specs)} variants compiled in {_kernels.cache_dir()}", flush=True)
+            continue
         specs = _kernels.compilable(specs, _cuda.arch())
         xla_s = bench.seconds_per_call(xla, sets, roof, updates_last=in_place)
         splits = args.splits.split(",") if op in bench.MTSM_OPS else ["model"]

@@ -1244,8 +1244,10 @@ def test_neighbours_are_valid_one_step_moves(problem):
         assert changed <= movable
         if "fma_edges" in changed:  # the warp tile at most trimmed to the core's blocks
             assert config.tile_m <= start.tile_m and config.tile_n <= start.tile_n
-        elif problem.op == "ab" and changed & {"tile_m", "tile_n"}:  # slabs per warp, rows pass for pass
-            assert config.tile_m in (2 * start.tile_m, start.tile_m // 2) and config.tile_n == start.tile_n
+        elif problem.op == "ab" and "tile_n" in changed:  # DMMA: a block of columns more or fewer per warp
+            assert config.mma and abs(config.tile_n - start.tile_n) == 1 and changed == {"tile_n"}
+        elif problem.op == "ab" and "tile_m" in changed:  # slabs per warp, rows pass for pass
+            assert config.tile_m in (2 * start.tile_m, start.tile_m // 2)
             passes = start.rows_per_stage // KernelSpec(problem, start).rows_per_pass
             assert config.rows_per_stage == passes * KernelSpec(problem, config).rows_per_pass
         elif changed & {"tile_m", "tile_n"}:  # transposed, or covering the blocks with no padded warp
