@@ -3,7 +3,7 @@
     python3 scripts/compare_configs.py atb:float64:58:58 ab:float64:7:7 \
         --vary stage_copy=vector,element [--vary blocks_per_sm=1,2] [--k 65536] [--flat | --tuned] \
         [--loop-seconds 0.3] [--json out.json]
-    python3 scripts/compare_configs.py ab:complex128:60:60 --tuned --vary c_source=global,shared \
+    python3 scripts/compare_configs.py ab:complex128:60:60 --tuned --vary tile_n=1,2 \
         --compile-only --device "NVIDIA H200"     # here, for the kernel cache to carry
     python3 scripts/compare_configs.py mtsm:float32:16384:16 --tuned --vary stages=2,3,4 [--splits model,4,8,16]
 
