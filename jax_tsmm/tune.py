@@ -648,13 +648,17 @@ def stale_pct(problem: Problem, ranges: set[int], entries: dict) -> float:
 
 def print_stale(problems: list, wanted, entries: dict) -> None:
     """``--stale``: each stale problem and range (``stale_ranges``) of the ``wanted``
-    ranges, then per op and dtype a --shapes value naming them."""
+    ranges, from the K its entry serves (as the tuner's log names it: the largest
+    range's entries start at the benchmark's K, below the threshold), then per op
+    and dtype a --shapes value naming them."""
     shapes = {}
     for problem in problems:
+        table = k_ranges(problem)
         for range_idx, later in sorted(stale_ranges(problem, entries).items()):
             if range_idx in wanted(problem):
-                print(f"{_dispatch.problem_key(problem)} K>={k_ranges(problem)[range_idx][0]}: "
-                      f"later winners {', '.join(later)}")
+                start = next((entry["k_min"] for entry in entries.get(_dispatch.problem_key(problem), [])
+                              if range_index(entry, table) == range_idx and "k_min" in entry), table[range_idx][0])
+                print(f"{_dispatch.problem_key(problem)} K>={start}: later winners {', '.join(later)}")
                 shape = str(problem.m) if problem.m == problem.n else f"{problem.m}x{problem.n}"
                 shapes.setdefault((_dispatch.op_name(problem), problem.dtype), []).append(shape)
     for (op, dtype), listed in shapes.items():

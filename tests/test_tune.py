@@ -216,8 +216,9 @@ def test_stale_entries_predate_another_kernel_winning_nearby(monkeypatch, capsys
     entries["atb:float64:5x5"][0]["date"] = "2026-11-22"
     assert tune.stale_ranges(problem, entries) == {1: ["atb:float64:6x6"]}
     monkeypatch.setattr(_dispatch, "database", lambda arch, device="": entries)
+    entries["atb:float64:5x5"][1]["k_min"] = 900  # the largest range's entry serves from the K it was timed at
     tune.main(["--stale", "NVIDIA H200", "--ops", "atb", "--dtypes", "float64", "--shapes", "5", "--k-min", "1000"])
-    assert capsys.readouterr().out == ("atb:float64:5x5 K>=1000: later winners atb:float64:6x6\n"
+    assert capsys.readouterr().out == ("atb:float64:5x5 K>=900: later winners atb:float64:6x6\n"
                                        "--ops atb --dtypes float64 --shapes 5\n")
 
 
