@@ -15,7 +15,7 @@ over that time) and the % of roofline. Each call streams tall
 matrices of at least 1 GiB (far larger than L2; at most 8 GiB, so the narrower
 is smaller where the widths are more than 8 apart), rotating between two input
 sets (more for smaller operands: ``set_count``); times are medians of several
-loops timed inside one jitted function.
+loops timed inside one jitted function, jax_tsmm's and XLA's in alternating turns.
 ``ab_update`` is the fused V - Q C (``ab(q, c, out=v, alpha=-1, beta=1)``)
 against ``v - q @ c``; ``gram`` the Gram matrix ``atb(a, a)`` (Aᴴ A for complex
 dtypes) against ``conj(a).T @ a``, at M = N only, as % of the read-once
@@ -122,19 +122,32 @@ def seconds_per_call(op, operand_sets, expected_seconds: float, *, repeats: int 
     the calls between them. The difference takes out what a run costs besides its
     calls (the launch, the carry's fill of zeros: 15 % of ab 1 x 8's time when it
     was counted in)."""
+    return seconds_per_call_in_turns([op], operand_sets, expected_seconds, repeats=repeats,
+                                     updates_last=updates_last, loop_seconds=loop_seconds)[0]
+
+
+def seconds_per_call_in_turns(ops, operand_sets, expected_seconds: float, *, repeats: int = 5,
+                              updates_last: bool = False, loop_seconds: float | None = None) -> list[float]:
+    """``seconds_per_call`` of each of ``ops`` on the same operands, their loops
+    timed in ``repeats`` turns, each turn in the order opposite to the last's, so
+    that each op meets the same clock and power history: timed one after the
+    other, the second met a GPU the first had warmed (under a power cap the
+    clock settles over about a second of calls; seventieth round)."""
     seconds = LOOP_SECONDS if loop_seconds is None else loop_seconds
     trips = max(2, min(1000, math.ceil(seconds / expected_seconds / len(operand_sets))))
-    loop = _timed_loop(op, operand_sets, updates_last)
-    jax.block_until_ready(loop(1))  # compile, warm up
-    samples = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        jax.block_until_ready(loop(trips))
-        middle = time.perf_counter()
-        jax.block_until_ready(loop(1))
-        end = time.perf_counter()
-        samples.append(((middle - start) - (end - middle)) / ((trips - 1) * len(operand_sets)))
-    return statistics.median(samples)
+    loops = [_timed_loop(op, operand_sets, updates_last) for op in ops]
+    for loop in loops:
+        jax.block_until_ready(loop(1))  # compile, warm up
+    samples = [[] for _ in ops]
+    for turn in range(repeats):
+        for i in (range(len(ops)) if turn % 2 == 0 else reversed(range(len(ops)))):
+            start = time.perf_counter()
+            jax.block_until_ready(loops[i](trips))
+            middle = time.perf_counter()
+            jax.block_until_ready(loops[i](1))
+            end = time.perf_counter()
+            samples[i].append(((middle - start) - (end - middle)) / ((trips - 1) * len(operand_sets)))
+    return [statistics.median(s) for s in samples]
 
 
 def set_loop_seconds(seconds: float) -> None:
@@ -332,8 +345,7 @@ def bench_shape(op: str, dtype, m: int, n: int, k: int, ceilings: dict, model: b
     in_place = op == "ab_update"
     with dispatch_context(model):
         spec = timed_kernel(op, dtype, m, n, k)
-        ours_s = seconds_per_call(ours, sets, best, updates_last=in_place)
-    xla_s = seconds_per_call(xla, sets, best, updates_last=in_place)
+        ours_s, xla_s = seconds_per_call_in_turns([ours, xla], sets, best, updates_last=in_place)
     del sets
     return {
         "op": op, "dtype": np.dtype(dtype).name, "M": m, "N": n, "K": k,
@@ -402,8 +414,7 @@ def mtsm_rows(dtypes, ceilings: dict, model: bool = False, sizes=MTSM_SIZES,
                     ours, xla = mtsm_operations(transpose_a)
                     with dispatch_context(model):
                         spec = timed_mtsm_kernel(dtype, transpose_a, width, size)
-                        ours_s = seconds_per_call(ours, sets, best)
-                    xla_s = seconds_per_call(xla, sets, best)
+                        ours_s, xla_s = seconds_per_call_in_turns([ours, xla], sets, best)
                     yield {
                         "op": MTSM_OPS[transpose_a], "dtype": np.dtype(dtype).name,
                         "M": size, "N": width, "K": size,

@@ -119,6 +119,26 @@ def test_timed_loops_last_loop_seconds(monkeypatch):
         assert trips == [1, expected, 1, expected, 1]
 
 
+def test_a_row_times_both_libraries_in_turns_each_first_in_every_other(monkeypatch):
+    """jax_tsmm's and XLA's loops alternate, the order flipped each turn, so that
+    neither always meets the clock the other left; each gets its own median."""
+    timed, now = [], [0.0]
+    per_call = {"ours": 2.0, "xla": 3.0}  # seconds a call, on a fake clock
+
+    def fake_loop(op, sets, updates_last):
+        def run(trips):
+            timed.append((op, trips))
+            now[0] += per_call[op] * trips * len(sets) + 7.0  # and a fixed cost a run
+        return run
+
+    monkeypatch.setattr(bench, "_timed_loop", fake_loop)
+    monkeypatch.setattr(bench.jax, "block_until_ready", lambda x: x)
+    monkeypatch.setattr(bench.time, "perf_counter", lambda: now[0])
+    assert bench.seconds_per_call_in_turns(["ours", "xla"], [(), ()], 1e-3, repeats=3) == [2.0, 3.0]
+    assert timed[:2] == [("ours", 1), ("xla", 1)]  # compiled and warmed first
+    assert [op for op, trips in timed if trips > 1] == ["ours", "xla", "xla", "ours", "ours", "xla"]
+
+
 def test_smaller_operands_rotate_more_sets():
     """Each trip of a timed loop costs the same besides its calls: sets of the
     bench's gigabyte operands rotate two at a time, smaller ones more, up to a cap."""
@@ -184,6 +204,8 @@ def _fake_gpu_run(monkeypatch, seconds_per_call=lambda *args, **kwargs: 1e-3):
     monkeypatch.setattr(bench._kernels, "precompile", lambda specs, arch: None)
     monkeypatch.setattr(bench, "operand_sets", lambda *args: [])  # the gigabyte inputs, never timed here
     monkeypatch.setattr(bench, "seconds_per_call", seconds_per_call)
+    monkeypatch.setattr(bench, "seconds_per_call_in_turns",
+                        lambda ops, *args, **kwargs: [seconds_per_call(op, *args, **kwargs) for op in ops])
 
 
 def test_main_numbers_every_row_as_it_is_timed(monkeypatch, tmp_path, capsys):
