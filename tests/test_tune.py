@@ -454,6 +454,35 @@ def test_confirm_seconds_chooses_among_the_fastest_timed_again_in_long_loops(mon
     assert entry["loop_seconds"] == tune.bench.LOOP_SECONDS
 
 
+def test_a_re_tune_confirms_in_loops_as_long_as_the_verdict_it_replaces():
+    """An entry decided in loops longer than the run's makes the run confirm its
+    range in loops as long; ranges not re-tuned, and entries of short loops or
+    none recorded, do not."""
+    table = tune.K_RANGES
+    long_verdict = {"k_range": 1, "k_min": table[1][0], "config": None, "loop_seconds": 0.3}
+    short_verdict = {"k_range": 0, "k_min": table[0][0], "config": None, "loop_seconds": tune.bench.LOOP_SECONDS}
+    undated = {"k_range": 2, "k_min": table[2][0], "config": None}
+    entries = [short_verdict, long_verdict, undated]
+    assert tune.verdict_seconds(entries, {1}) == 0.3
+    assert tune.verdict_seconds(entries, {0, 1, 2}) == 0.3
+    assert tune.verdict_seconds(entries, {0, 2}) == 0.0
+    assert tune.verdict_seconds([], {1}) == 0.0
+
+
+def test_main_re_tunes_a_long_verdict_in_long_loops(monkeypatch, tmp_path, fake_gpu):
+    """tune's command line passes the confirmation the replaced entry asks for,
+    the longer of it and --confirm-seconds."""
+    key = _dispatch.problem_key(Problem("atb", "float64", 3, 3))
+    db = tmp_path / "db.json"
+    db.write_text(json.dumps({"entries": {key: [{"k_range": 0, "k_min": 0, "config": None, "loop_seconds": 0.3}]}}))
+    asked = []
+    monkeypatch.setattr(tune, "tune_problem", lambda *args, **kw: asked.append(args[7]) or [])
+    for given, expected in (([], 0.3), (["--confirm-seconds", "0.5"], 0.5)):
+        tune.main(["--ops", "atb", "--dtypes", "float64", "--shapes", "3", "--db", str(db), "--again",
+                   "--k-max", str(tune.K_RANGES[1][0] - 1), *given])
+        assert asked.pop() == expected
+
+
 def test_confirm_seconds_times_ab_updates_as_a_solver_runs_them(monkeypatch):
     """atb's and ab's ranges take the same confirmation; the fused update's long
     loops update V in place, as its short ones do."""
