@@ -27,8 +27,7 @@ def time_rows(dtype: str, m: int, ks: list[int], ceilings: dict) -> None:
     for k in ks:
         sets = bench.operand_sets("atb", dtype, m, m, k, m * 1000 + m)
         best = bench.roofline_seconds("atb", dtype, m, m, k, ceilings)
-        xla_s = bench.seconds_per_call(xla, sets, best)
-        ours_s = bench.seconds_per_call(ours, sets, best)
+        xla_s, ours_s = bench.seconds_per_call_in_turns([xla, ours], sets, best)
         del sets
         aligned = "pow2" if k & (k - 1) == 0 else f"{k % 4096} mod 4096"
         print(f"{dtype} {m} K={k:9d} ({aligned}): xla {100 * best / xla_s:5.1f} %  ours {100 * best / ours_s:5.1f} %  "
