@@ -68,20 +68,24 @@ def test_rows_report_each_librarys_bandwidth():
 
 def test_summary_states_the_targets_per_shape_set():
     """The summary keeps M = N apart from the pairs (issue 4 states its speedup over
-    M = N alone) and counts the rows at 90 % and 85 % of roofline."""
-    def row(m, n, pct, speedup):
-        return {**_row(None), "op": "atb", "dtype": "float64", "M": m, "N": n, "tsmm_pct": pct,
+    M = N alone), counts the rows at 90 % and 85 % of roofline, and gives the least
+    speedup also over the rows that ran a kernel."""
+    kernel = Config(tile_m=1, tile_n=1)
+
+    def row(m, n, pct, speedup, config=kernel):
+        return {**_row(config), "op": "atb", "dtype": "float64", "M": m, "N": n, "tsmm_pct": pct,
                 "xla_pct": pct / speedup, "speedup": speedup}
 
-    rows = [row(3, 3, 95.0, 4.0), row(5, 5, 88.0, 1.0), row(7, 7, 80.0, 2.0), row(1, 8, 99.0, 0.97)]
+    rows = [row(3, 3, 95.0, 4.0), row(5, 5, 88.0, 0.99, None), row(7, 7, 80.0, 2.0), row(1, 8, 99.0, 0.97, None)]
     lines = bench.summary(rows).splitlines()
-    assert ">=90%" in lines[0] and len(lines) == 3
+    assert ">=90%" in lines[0] and lines[0].endswith("kernels' min") and len(lines) == 3
     square, pairs = (line.split() for line in lines[1:])  # sorted: "M = N" before "pairs"
     assert square[2:5] == ["M", "=", "N"] and pairs[2] == "pairs"
-    shapes, low, geomean, at_90, at_85, _, speedup, least = square[5:]
-    assert (shapes, low, at_90, at_85, speedup, least) == ("3", "80.0", "1", "2", "2.00", "1.00")
+    shapes, low, geomean, at_90, at_85, _, speedup, least, kernels_least = square[5:]
+    assert (shapes, low, at_90, at_85, least, kernels_least) == ("3", "80.0", "1", "2", "0.99", "2.00")
     assert float(geomean) == round((95.0 * 88.0 * 80.0) ** (1 / 3), 1)
-    assert pairs[3:5] == ["1", "99.0"] and pairs[-1] == "0.97"
+    assert float(speedup) == round((4.0 * 0.99 * 2.0) ** (1 / 3), 2)
+    assert pairs[3:5] == ["1", "99.0"] and pairs[-2:] == ["0.97", "-"]  # XLA's dot on both sides
 
 
 def test_ramp_up_summary_states_issue_4s_ramp_up_targets():
