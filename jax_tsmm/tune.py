@@ -82,7 +82,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jax_tsmm import _cuda, _dispatch, _kernels, _mtsm, bench
-from jax_tsmm.codegen import Config, InvalidSpec, KernelSpec, MtsmProblem, MtsmSpec, Problem
+from jax_tsmm.codegen import Config, InvalidSpec, KernelSpec, MtsmConfig, MtsmProblem, MtsmSpec, Problem
 from jax_tsmm.codegen.model import carried_to_update, fits_an_sm
 from jax_tsmm.codegen.search import candidates, mtsm_candidates, mtsm_neighbours, neighbours
 from jax_tsmm.codegen.spec import key_problem, op_name
@@ -308,11 +308,33 @@ def nearby_winners(problem: Problem, range_idx: int, entries: dict) -> dict[Kern
     return dict(list(winners.items())[:NEARBY_WINNERS])
 
 
+def chosen_since(entry: dict) -> str:
+    """The day ``entry``'s choice (its kernel, or XLA's dot) was first made for its
+    range: ``since`` where a re-tune on a later day kept it (its ``date`` names the
+    latest tuning), else its date; "" for an undated entry, which predates every
+    dated one."""
+    return entry.get("since", entry.get("date", ""))
+
+
+def _since_of_kept_choice(problem: Problem | MtsmProblem, old: list[dict], entry: dict, table=None) -> str | None:
+    """``chosen_since`` of the entry of ``old`` (a key's entries before a re-tune)
+    that made the choice ``entry`` makes for the same range, or None where the
+    re-tune chose anew."""
+    config_type = MtsmConfig if isinstance(problem, MtsmProblem) else Config
+
+    def choice(e: dict):
+        return None if e["config"] is None else (config_type(**e["config"]), bool(e.get("real_view")))
+
+    kept = [e for e in old if range_index(e, table) == entry["k_range"] and choice(e) == choice(entry)]
+    return chosen_since(kept[0]) if kept else None
+
+
 def stale_ranges(problem: Problem | MtsmProblem, entries: dict) -> dict[int, list[str]]:
     """The K ranges of ``problem``'s entries whose tuning could not have timed a
-    winner ``nearby_winners`` offers now: a different kernel, tuned on a later
-    day (an undated entry predates every dated one), as range -> the keys of
-    those winners' entries. ``--stale`` lists them, for a re-tune: on an H200 the
+    winner ``nearby_winners`` offers now: a different kernel, chosen on a later
+    day than the entry was tuned (``chosen_since``: a re-tune that keeps a kernel
+    keeps its day, so that a neighbour re-tuned to the same kernel does not make
+    the entries around it stale), as range -> the keys of those winners' entries. ``--stale`` lists them, for a re-tune: on an H200 the
     float64 ab entries it flags at 28, 29, 31, 39, 41, 50, 51 and 58 gained 4.1-8.4 % in GB/s
     when re-tuned (sixty-fourth round). A complex problem's entry is stale too where
     its real view's own entry (the same bytes and work: complex64 Aᴴ B 26 × 26 is
@@ -332,7 +354,7 @@ def stale_ranges(problem: Problem | MtsmProblem, entries: dict) -> dict[int, lis
         date = entry.get("date", "")
 
         def won_later(winner: dict, range_idx=range_idx, date=date) -> bool:
-            return range_index(winner) == range_idx and winner.get("date", "") > date
+            return range_index(winner) == range_idx and chosen_since(winner) > date
 
         later = [key for spec, key in nearby_winners(problem, range_idx, entries).items()
                  if spec != own and any(map(won_later, entries[key]))]
@@ -808,11 +830,13 @@ def main(argv=None) -> None:
         if confirm_seconds > args.confirm_seconds:
             print(f"  confirmed in loops of {confirm_seconds:g} s, as the entries it replaces were", flush=True)
 
-        def save(entry: dict, key=key, table=table) -> None:
+        def save(entry: dict, key=key, table=table, problem=problem, old=old) -> None:
             """Each range as it is done (a call's time limit cuts a problem, not its finished
-            ranges), naming the GPU and the day it was timed on: a file gathers many runs."""
+            ranges), naming the GPU, the day it was timed on (a file gathers many runs)
+            and the day its choice was first made (``chosen_since``)."""
             today = str(datetime.date.today())
-            entry = {**entry, "device": device, "date": today}
+            since = _since_of_kept_choice(problem, old, entry, table)
+            entry = {**entry, "device": device, "date": today, **({} if since in (None, today) else {"since": since})}
             db["entries"][key] = replace_ranges(db["entries"].get(key, []), [entry], {entry["k_range"]}, table)
             db["date"] = today
             _save(path, db)

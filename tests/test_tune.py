@@ -222,6 +222,28 @@ def test_stale_entries_predate_another_kernel_winning_nearby(monkeypatch, capsys
                                        "--ops atb --dtypes float64 --shapes 5\n")
 
 
+def test_a_neighbour_re_tuned_to_its_kernel_keeps_its_day(monkeypatch, tmp_path, fake_gpu):
+    """A re-tune that keeps a range's choice records the day it was first made
+    (``since``), and the entries around it stay fresh; one that chooses anew
+    records its own day."""
+    problem, entries = _entries_with_a_stale_width(monkeypatch)
+    assert tune.stale_ranges(problem, entries) == {0: ["atb:float64:6x6"]}
+    neighbour = entries["atb:float64:6x6"][0]
+    entries["atb:float64:6x6"][0] = dict(neighbour, date="2026-11-30", since="2026-11-19")
+    assert tune.stale_ranges(problem, entries) == {}
+    db = tmp_path / "db.json"
+    db.write_text(json.dumps({"entries": {"atb:float64:6x6": [dict(neighbour, k_range=0)]}}))
+    choices = [neighbour["config"], dataclasses.asdict(default_config(Problem("atb", "float64", 6, 6)))]
+    for config, since in zip(choices, [neighbour["date"], None]):
+        monkeypatch.setattr(tune, "tune_problem", lambda *args, on_entry, config=config: on_entry(
+            {"k_range": 0, "k_min": 0, "k_tuned": 300, "config": config}))
+        tune.main(["--ops", "atb", "--dtypes", "float64", "--shapes", "6", "--db", str(db), "--again",
+                   "--k-max", "0"])
+        (entry,) = json.loads(db.read_text())["entries"]["atb:float64:6x6"]
+        assert (entry["date"], entry.get("since")) == (str(datetime.date.today()), since)
+        assert tune.chosen_since(entry) == (since or entry["date"])
+
+
 def test_a_complex_entry_is_stale_where_its_real_view_won_later_with_another_kernel(monkeypatch):
     """complex64 Aᴴ B 3 × 3 runs as float32 Aᵀ B 6 × 6 on its real view: where that
     problem's own entry won later with another kernel, the complex entry's tuning
