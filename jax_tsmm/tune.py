@@ -334,9 +334,10 @@ def stale_ranges(problem: Problem | MtsmProblem, entries: dict) -> dict[int, lis
     winner ``nearby_winners`` offers now: a different kernel, chosen on a later
     day than the entry was tuned (``chosen_since``: a re-tune that keeps a kernel
     keeps its day, so that a neighbour re-tuned to the same kernel does not make
-    the entries around it stale), as range -> the keys of those winners' entries. ``--stale`` lists them, for a re-tune: on an H200 the
-    float64 ab entries it flags at 28, 29, 31, 39, 41, 50, 51 and 58 gained 4.1-8.4 % in GB/s
-    when re-tuned (sixty-fourth round). A complex problem's entry is stale too where
+    the entries around it stale), as range -> the keys of those winners' entries.
+    ``--stale`` lists them, for a re-tune: on an H200 the float64 ab entries it
+    flags at 28, 29, 31, 39, 41, 50, 51 and 58 gained 4.1-8.4 % in GB/s when
+    re-tuned (sixty-fourth round). A complex problem's entry is stale too where
     its real view's own entry (the same bytes and work: complex64 Aᴴ B 26 × 26 is
     float32 Aᵀ B 52 × 52) won later with another kernel, which the tuning times as
     dispatch's kernel of the real view: on an H200 (2026-11-30) complex64 atb 28 ran

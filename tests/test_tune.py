@@ -483,8 +483,8 @@ def test_a_re_tune_confirms_in_loops_as_long_as_the_verdict_it_replaces():
     table = tune.K_RANGES
     long_verdict = {"k_range": 1, "k_min": table[1][0], "config": None, "loop_seconds": 0.3}
     short_verdict = {"k_range": 0, "k_min": table[0][0], "config": None, "loop_seconds": tune.bench.LOOP_SECONDS}
-    undated = {"k_range": 2, "k_min": table[2][0], "config": None}
-    entries = [short_verdict, long_verdict, undated]
+    unrecorded = {"k_range": 2, "k_min": table[2][0], "config": None}
+    entries = [short_verdict, long_verdict, unrecorded]
     assert tune.verdict_seconds(entries, {1}) == 0.3
     assert tune.verdict_seconds(entries, {0, 1, 2}) == 0.3
     assert tune.verdict_seconds(entries, {0, 2}) == 0.0
