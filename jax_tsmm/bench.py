@@ -497,12 +497,13 @@ def summary(rows: list[dict]) -> str:
     geo = lambda xs: math.exp(statistics.fmean(math.log(x) for x in xs))
     for (op, dtype, shapes), group in sorted(groups.items()):
         pct = [r["tsmm_pct"] for r in group]
+        kernels = [r["speedup"] for r in group if r["config"]]  # the rows that ran a kernel
         lines.append(
             f"{op:>6} {dtype:>10} {shapes:>6} {len(group):>7} {min(pct):6.1f} {geo(pct):9.1f} "
             f"{sum(p >= 90 for p in pct):6} {sum(p >= 85 for p in pct):6} "
             f"{geo([r['xla_pct'] for r in group]):13.1f} {geo([r['speedup'] for r in group]):16.2f} "
             f"{min(r['speedup'] for r in group):12.2f}"
-            + (f"{min(kernels):14.2f}" if (kernels := [r["speedup"] for r in group if r["config"]]) else f"{'-':>14}")
+            + (f"{min(kernels):14.2f}" if kernels else f"{'-':>14}")
         )
     return "\n".join(lines)
 
