@@ -127,17 +127,21 @@ def seconds_per_call(op, operand_sets, expected_seconds: float, *, repeats: int 
 
 
 def seconds_per_call_in_turns(ops, operand_sets, expected_seconds: float, *, repeats: int = 5,
-                              updates_last: bool = False, loop_seconds: float | None = None) -> list[float]:
+                              updates_last: bool = False, loop_seconds: float | None = None,
+                              compiled_in=None) -> list[float]:
     """``seconds_per_call`` of each of ``ops`` on the same operands, their loops
     timed in ``repeats`` turns, each turn in the order opposite to the last's, so
     that each op meets the same clock and power history: timed one after the
     other, the second met a GPU the first had warmed (under a power cap the
-    clock settles over about a second of calls; seventieth round)."""
+    clock settles over about a second of calls; seventieth round).
+    ``compiled_in``: for each op, a context manager (such as ``_dispatch.forced(spec)``)
+    that its loop is compiled in, or None; the kernel it chose stays in the loop."""
     seconds = LOOP_SECONDS if loop_seconds is None else loop_seconds
     trips = max(2, min(1000, math.ceil(seconds / expected_seconds / len(operand_sets))))
     loops = [_timed_loop(op, operand_sets, updates_last) for op in ops]
-    for loop in loops:
-        jax.block_until_ready(loop(1))  # compile, warm up
+    for loop, context in zip(loops, compiled_in or [None] * len(ops)):
+        with context or contextlib.nullcontext():
+            jax.block_until_ready(loop(1))  # compile, warm up
     samples = [[] for _ in ops]
     for turn in range(repeats):
         for i in (range(len(ops)) if turn % 2 == 0 else reversed(range(len(ops)))):

@@ -25,7 +25,7 @@ alone (on a GPU, its model's; with ``--compile-only``, compiles for the model it
 names), anew, the weakest first (``stale_pct``): a re-tune dates them today,
 so a run cut off and run again goes on with the rest (and with the ranges its
 new winners made stale). ``--confirm-seconds S`` times the fastest few and
-XLA's dot again in loops of S seconds and chooses among them (``confirmed``);
+XLA's dot again, in turns in loops of S seconds, and chooses among them (``confirmed``);
 a range whose entry was decided in longer loops than the run's is confirmed in
 loops as long (``verdict_seconds``), so a re-tune in short loops does not
 overturn that verdict on a tie.
@@ -224,7 +224,8 @@ CONFIRM_TIE = 0.01
 def confirmed(timings: list, xla_s: float, ours, xla, sets: list[tuple], roof: float, seconds: float,
               updates_last: bool = False) -> tuple[list, float, dict]:
     """With ``seconds``, the CONFIRM_FINALISTS fastest of ``timings`` and XLA's dot
-    timed again in loops of ``seconds``, XLA's first: (the chosen finalist's long
+    timed again in loops of ``seconds``, in turns (``bench.seconds_per_call_in_turns``:
+    each meets the clock the others met): (the chosen finalist's long
     timing, XLA's, the entry's fields that say so, its short loops' % of roofline
     among them: ``ranking_pct``). The chosen is the short loops'
     fastest finalist within CONFIRM_TIE of the fastest in the long loops. Short
@@ -235,14 +236,15 @@ def confirmed(timings: list, xla_s: float, ours, xla, sets: list[tuple], roof: f
     ``seconds`` (or timings), everything as it was."""
     if not seconds or not timings:
         return timings, xla_s, {}
-    print(f"    the {CONFIRM_FINALISTS} fastest and XLA's dot again, in loops of {seconds:g} s:", flush=True)
-    xla_s = bench.seconds_per_call(xla, sets, roof, updates_last=updates_last, loop_seconds=seconds)
-    finalists = []
-    for _, spec in sorted(timings, key=lambda t: t[0])[:CONFIRM_FINALISTS]:
-        with _dispatch.forced(spec):
-            finalists.append((bench.seconds_per_call(ours, sets, roof, updates_last=updates_last,
-                                                     loop_seconds=seconds), spec))
-        print(_timing_line(finalists[-1][0], roof, spec), flush=True)
+    print(f"    the {CONFIRM_FINALISTS} fastest and XLA's dot again, in turns in loops of {seconds:g} s:", flush=True)
+    specs = [spec for _, spec in sorted(timings, key=lambda t: t[0])[:CONFIRM_FINALISTS]]
+    xla_s, *long_s = bench.seconds_per_call_in_turns(
+        [xla] + [ours] * len(specs), sets, roof, updates_last=updates_last, loop_seconds=seconds,
+        compiled_in=[None] + [_dispatch.forced(spec) for spec in specs])
+    finalists = list(zip(long_s, specs))
+    for finalist_s, spec in finalists:
+        print(_timing_line(finalist_s, roof, spec), flush=True)
+    print(f"    {xla_s * 1e3:8.3f} ms ({100 * roof / xla_s:5.1f}%)  XLA's dot", flush=True)
     fastest = min(long_s for long_s, _ in finalists)
     chosen = next(t for t in finalists if t[0] <= fastest * (1 + CONFIRM_TIE))
     short_s = next(short_s for short_s, spec in timings if spec == chosen[1])

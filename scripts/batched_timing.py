@@ -33,10 +33,12 @@ def time_batch(op: str, dtype: str, m: int, n: int, k: int, batch: int, ceilings
     row = {"op": op, "dtype": dtype, "M": m, "N": n, "K": k, "batch": batch,
            "dispatched_config": dataclasses.asdict(dispatched.config) if dispatched else None,
            "total_config": dataclasses.asdict(by_total.config) if by_total else None}
-    row["dispatched_s"], row["xla_s"] = bench.seconds_per_call_in_turns([ours, xla], sets, best)
-    if by_total is not None:
-        with _dispatch.forced(by_total):  # each timed loop is traced afresh, under the forced kernel
-            row["total_s"] = bench.seconds_per_call(ours, sets, best)
+    # The kernel chosen by the batch's total K, where there is one, in the same turns.
+    forced = [_dispatch.forced(by_total)] if by_total is not None else []
+    row["dispatched_s"], row["xla_s"], *total_s = bench.seconds_per_call_in_turns(
+        [ours, xla] + [ours] * len(forced), sets, best, compiled_in=[None, None, *forced])
+    if total_s:
+        row["total_s"] = total_s[0]
     row["roofline_s"] = best
     return row
 

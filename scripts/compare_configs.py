@@ -14,7 +14,7 @@ serves at that K, or mtsm's call size: the database's, a fitted or the model's,
 the model's where dispatch takes XLA's dot) is timed with every
 combination of the varied Config (MtsmConfig) fields, on the bench's inputs (tall matrices
 of 1 GiB unless --k is given; mtsm's tuner inputs) and with the bench's loops,
-then XLA's dot once on the same inputs. Variants that fail validation or do
+and XLA's dot on the same inputs, all in turns (bench.seconds_per_call_in_turns). Variants that fail validation or do
 not compile are reported and skipped. With --compile-only the variants are compiled
 into the kernel cache and nothing is timed (no GPU needed; --device names the GPU
 whose dispatched kernels --tuned varies). mtsm's variants are timed at each of
@@ -115,6 +115,13 @@ def _splits_fixed(splits: str):
     return mock.patch.object(_mtsm.mtsm_codegen, "splits", lambda *_: int(splits))
 
 
+@contextlib.contextmanager
+def _variant(spec, splits: str):
+    """Lowering with ``spec``'s kernel, at ``splits`` blocks along K (mtsm)."""
+    with _dispatch.forced(spec), _splits_fixed(splits):
+        yield
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("shapes", nargs="+", help="op:dtype:M:N, or mtsm[_t]:dtype:SIZE:N or mtsm[_t]:dtype:MxK:N")
@@ -161,11 +168,12 @@ def main() -> None:
             print(f"{shape}: {len(specs)} variants compiled in {_kernels.cache_dir()}", flush=True)
             continue
         specs = _kernels.compilable(specs, _cuda.arch())
-        xla_s = bench.seconds_per_call(xla, sets, roof, updates_last=in_place)
         splits = args.splits.split(",") if op in bench.MTSM_OPS else ["model"]
-        for spec, split in itertools.product(specs, splits):
-            with _dispatch.forced(spec), _splits_fixed(split):
-                seconds = bench.seconds_per_call(ours, sets, roof, updates_last=in_place)
+        variants = list(itertools.product(specs, splits))
+        xla_s, *variant_s = bench.seconds_per_call_in_turns(
+            [xla] + [ours] * len(variants), sets, roof, updates_last=in_place,
+            compiled_in=[None] + [_variant(spec, split) for spec, split in variants])
+        for (spec, split), seconds in zip(variants, variant_s):
             variant = {f: getattr(spec.config, f) for f, _ in varied} | ({"splits": split} if split != "model" else {})
             rows.append({"shape": shape, "K": k, "variant": variant, "config": dataclasses.asdict(spec.config),
                          "tsmm_s": seconds, "tsmm_pct": 100 * roof / seconds,

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import itertools
 import json
 import lzma
 
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -141,6 +143,32 @@ def test_a_row_times_both_libraries_in_turns_each_first_in_every_other(monkeypat
     assert bench.seconds_per_call_in_turns(["ours", "xla"], [(), ()], 1e-3, repeats=3) == [2.0, 3.0]
     assert timed[:2] == [("ours", 1), ("xla", 1)]  # compiled and warmed first
     assert [op for op, trips in timed if trips > 1] == ["ours", "xla", "xla", "ours", "ours", "xla"]
+
+
+def test_each_loop_in_turns_keeps_what_it_was_compiled_under():
+    """With compiled_in each op's loop is traced and compiled inside its own context
+    (the tuner's _dispatch.forced(spec)) and never traced again when the turns run
+    outside it, so each loop keeps its kernel: real jitted loops, on this machine's
+    device."""
+    scale, traced = [1.0], []
+
+    @contextlib.contextmanager
+    def scaled(factor):
+        scale.append(factor)
+        try:
+            yield
+        finally:
+            scale.pop()
+
+    def op(x):  # reads the context at trace time, as dispatch reads the forced kernel at lowering
+        traced.append(scale[-1])
+        return x * scale[-1]
+
+    sets = [(jnp.ones(8),)]
+    times = bench.seconds_per_call_in_turns([op, op, op], sets, 1e-3, repeats=2, loop_seconds=2e-3,
+                                            compiled_in=[scaled(2.0), None, scaled(3.0)])
+    assert len(times) == 3 and all(np.isfinite(times))
+    assert [factor for factor, _ in itertools.groupby(traced)] == [2.0, 1.0, 3.0]  # no trace after the compiles
 
 
 def test_smaller_operands_rotate_more_sets():

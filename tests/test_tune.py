@@ -4,6 +4,7 @@ database entries made from bench reports."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime
 import json
@@ -436,6 +437,20 @@ def test_an_mtsm_kernel_takes_a_range_only_clearly_faster_than_xla(monkeypatch):
         assert entry["tsmm_s"] == seconds and entry["xla_s"] == 1.0
 
 
+def _turns_of(seconds_per_call):
+    """A stand-in for bench.seconds_per_call_in_turns: ``seconds_per_call`` of each op in
+    order, each inside the context its loop is compiled in, as the real one compiles it."""
+
+    def in_turns(ops, sets, roof, compiled_in=None, **kw):
+        times = []
+        for op, context in zip(ops, compiled_in or [None] * len(ops)):
+            with context or contextlib.nullcontext():
+                times.append(seconds_per_call(op, sets, roof, **kw))
+        return times
+
+    return in_turns
+
+
 def test_confirm_seconds_chooses_among_the_fastest_timed_again_in_long_loops(monkeypatch):
     """With confirm_seconds the CONFIRM_FINALISTS fastest of the short loops and XLA's
     dot are timed again in loops that long, and the entry is chosen among those
@@ -458,6 +473,7 @@ def test_confirm_seconds_chooses_among_the_fastest_timed_again_in_long_loops(mon
         return long[spec] if loop_seconds == 0.3 else 1.0
 
     monkeypatch.setattr(tune.bench, "seconds_per_call", seconds_per_call)
+    monkeypatch.setattr(tune.bench, "seconds_per_call_in_turns", _turns_of(seconds_per_call))
     [entry] = tune.tune_mtsm_problem(problem, CEILINGS, limit=1, arch="sm_90", confirm_seconds=0.3)
     assert timed == [(None, None), (None, 0.3), (specs[0], 0.3), (specs[1], 0.3), (specs[2], 0.3)]
     assert entry["config"] == dataclasses.asdict(configs[1])
@@ -514,8 +530,13 @@ def test_confirm_seconds_times_ab_updates_as_a_solver_runs_them(monkeypatch):
     spec = KernelSpec(problem, default_config(problem))
     monkeypatch.setattr(tune, "time_candidates", lambda *args, **kw: [(0.5, spec)])
     timed = []
-    monkeypatch.setattr(tune.bench, "seconds_per_call", lambda op, sets, roof, loop_seconds=None, updates_last=False,
-                        **kw: timed.append((loop_seconds, updates_last)) or (0.8 if loop_seconds else 1.0))
+
+    def seconds_per_call(op, sets, roof, loop_seconds=None, updates_last=False, **kw):
+        timed.append((loop_seconds, updates_last))
+        return 0.8 if loop_seconds else 1.0
+
+    monkeypatch.setattr(tune.bench, "seconds_per_call", seconds_per_call)
+    monkeypatch.setattr(tune.bench, "seconds_per_call_in_turns", _turns_of(seconds_per_call))
     (entry,) = tune.tune_problem(problem, CEILINGS, limit=1, arch="sm_90", confirm_seconds=0.4)
     assert timed == [(None, True), (0.4, True), (0.4, True)]
     assert entry["config"] is None  # XLA's dot: 0.8 s against the kernel's 0.8 s in the long loops
