@@ -63,7 +63,29 @@ def pytest_report_header(config):
     return f"jax {jax.__version__}; devices: {devices}; hypothesis profile: {profile}"
 
 
+def pytest_addoption(parser):
+    parser.addoption("--shard", default=None, metavar="I/N",
+                     help="run the I-th of N interleaved shards of the selected tests (every N-th, from the "
+                          "I-th): the GPU suite takes longer than one device call, so its shards go in several")
+
+
+def shard(items: list, spec: str) -> tuple[list, list]:
+    """(kept, left out) of ``items`` for ``--shard I/N``: every N-th from the I-th
+    (1-based), so each shard mixes the suite's kinds of test and takes about 1/N of
+    its time."""
+    index, _, count = spec.partition("/")
+    if not (index.isdigit() and count.isdigit()) or not 1 <= int(index) <= int(count):
+        raise pytest.UsageError(f"--shard {spec}: want I/N with 1 <= I <= N")
+    kept = items[int(index) - 1::int(count)]
+    chosen = set(kept)
+    return kept, [item for item in items if item not in chosen]
+
+
+@pytest.hookimpl(trylast=True)  # after -m and -k have deselected: a shard of what they keep
 def pytest_collection_modifyitems(config, items):
+    if config.getoption("--shard"):
+        items[:], left_out = shard(items, config.getoption("--shard"))
+        config.hook.pytest_deselected(items=left_out)
     skip_gpu = None if has_gpu() else pytest.mark.skip(reason="needs a CUDA GPU")
     skip_nvcc = None if has_nvcc() else pytest.mark.skip(reason="needs the nvcc compiler")
     for item in items:
