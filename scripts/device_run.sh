@@ -67,32 +67,32 @@ nvidia-smi --query-gpu=name,memory.total,clocks.max.sm,driver_version --format=c
 [ -f .tsmm_cache.tar.xz ] && mkdir -p "$JAX_TSMM_CACHE_DIR" && step unpack tar xJf .tsmm_cache.tar.xz -C "$JAX_TSMM_CACHE_DIR"
 step build python3 -m pip install --no-build-isolation --no-deps -v -e . || { tail -40 "$OUT/build.log"; cat "$summary"; exit 1; }
 benches=0 tunes=0 compares=0 test_steps=0
-for item in "$@"; do
+for item in "$@"; do  # a step's ARGS may quote: "tune --only-stale 'NVIDIA H200'"
   read -r name args <<< "$item"
   if [ "$(seconds_left)" -le 0 ]; then echo "$name: skipped, DEADLINE" >> "$summary"; continue; fi
   args=${args//'$OUT'/$OUT}  # a step may name $OUT unexpanded (quoted on the way here)
   case $name in
-    tests)  # tests, tests2, ...; ARGS may quote: "tests tests/test_gpu.py -k 'tensor_core or update'"
+    tests)  # tests, tests2, ...: "tests tests/test_gpu.py -k 'tensor_core or update'"
       test_steps=$((test_steps + 1)); [ $test_steps -gt 1 ] && name=tests$test_steps
       eval "step $name python3 -m pytest -m gpu -q --maxfail=25 -p no:cacheprovider --junitxml=$OUT/$name.xml $args" ;;
     suite) step suite python3 -m pytest -q -p no:cacheprovider ;;
     sanitize) step sanitize scripts/sanitize.sh ;;
     probe) step probe python3 scripts/probe_bandwidth.py --json "$OUT/probe.json" ;;
-    clocks) step clocks python3 scripts/clocks_under_load.py $args --json "$OUT/clocks.json" ;;
+    clocks) eval "step clocks python3 scripts/clocks_under_load.py $args --json $OUT/clocks.json" ;;
     bench)  # bench, bench2, ...: one JSON, Markdown and PNG each
       benches=$((benches + 1)); [ $benches -gt 1 ] && name=bench$benches
-      run_bench $name $args ;;
+      eval "run_bench $name $args" ;;
     fresh)  # outside the tree: there the source tree's jax_tsmm (no codegen, no extension) would shadow the wheel
       fresh=$(mktemp -d)
       step fresh_install python3 -m pip install --no-build-isolation --no-deps -v -C build-dir="$fresh/build" . &&
-        (cd "$fresh" && JAX_TSMM_CACHE_DIR="$fresh/cache" run_bench fresh $args)
+        (cd "$fresh" && eval "JAX_TSMM_CACHE_DIR=$fresh/cache run_bench fresh $args")
       step reinstall python3 -m pip install --no-build-isolation --no-deps -e . ;;
-    jit_timing) step jit_timing python3 scripts/jit_timing.py $args --json "$OUT/jit_timing.json" ;;
-    gram_timing) step gram_timing python3 scripts/gram_timing.py $args --json "$OUT/gram_timing.json" ;;
-    batched) step batched python3 scripts/batched_timing.py $args --json "$OUT/batched.json" ;;
+    jit_timing) eval "step jit_timing python3 scripts/jit_timing.py $args --json $OUT/jit_timing.json" ;;
+    gram_timing) eval "step gram_timing python3 scripts/gram_timing.py $args --json $OUT/gram_timing.json" ;;
+    batched) eval "step batched python3 scripts/batched_timing.py $args --json $OUT/batched.json" ;;
     compare)  # compare, compare2, ...: one JSON each
       compares=$((compares + 1)); [ $compares -gt 1 ] && name=compare$compares
-      step $name python3 scripts/compare_configs.py $args --json "$OUT/$name.json" ;;
+      eval "step $name python3 scripts/compare_configs.py $args --json $OUT/$name.json" ;;
     durations)  # SHAPES as op:dtype:M:N:K; our kernels only (XLA's autotuner would run under ncu too)
       step durations bash -c "for s in $args; do
         echo \"== \$s\"; XLA_PYTHON_CLIENT_PREALLOCATE=false ncu --clock-control none --kernel-name regex:tsmm_ --metrics gpu__time_duration.sum \
@@ -116,7 +116,7 @@ for item in "$@"; do
       # TUNE_SECONDS (and DEADLINE) bound each tune (it saves after every problem), so later steps still run.
       IFS=, read -ra tune_limits <<< "${TUNE_SECONDS:-540}"
       limit=${tune_limits[tunes - 1]:-${tune_limits[-1]}}; [ "$(seconds_left)" -lt "$limit" ] && limit=$(seconds_left)
-      step $name timeout "$limit" python3 -m jax_tsmm.tune $args
+      eval "step $name timeout $limit python3 -m jax_tsmm.tune $args"
       for db in jax_tsmm/tuning/sm_90*.json; do cp "$db" "$OUT/tuned-$(basename "$db")"; done ;;
     *) echo "unknown step $name" >> "$summary"; continue ;;
   esac
