@@ -14,10 +14,11 @@ serves at that K, or mtsm's call size: the database's, a fitted or the model's,
 the model's where dispatch takes XLA's dot) is timed with every
 combination of the varied Config (MtsmConfig) fields, on the bench's inputs (tall matrices
 of 1 GiB unless --k is given; mtsm's tuner inputs) and with the bench's loops,
-and XLA's dot on the same inputs, all in turns (bench.seconds_per_call_in_turns). Variants that fail validation or do
-not compile are reported and skipped. With --compile-only the variants are compiled
-into the kernel cache and nothing is timed (no GPU needed; --device names the GPU
-whose dispatched kernels --tuned varies). mtsm's variants are timed at each of
+and XLA's dot on the same inputs, all in turns (bench.seconds_per_call_in_turns).
+Variants that fail validation or do not compile are reported and skipped. With
+--compile-only the variants are compiled into the kernel cache and nothing is
+timed (no GPU needed; --device names the GPU whose dispatched kernels --tuned
+varies). mtsm's variants are timed at each of
 ``--splits`` (blocks along K; "model" is the lowering's own choice, the
 default) in place of the lowering's choice. The predict-change-measure step of
 tuning by hand; the tuner (jax_tsmm.tune) searches the space.
