@@ -686,19 +686,22 @@ def stale_pct(problem: Problem, ranges: set[int], entries: dict) -> float:
                 if range_index(entry) in ranges), default=0.0)
 
 
-def print_stale(problems: list, wanted, entries: dict) -> None:
+def print_stale(problems: list, wanted, entries: dict, own: dict) -> None:
     """``--stale``: each stale problem and range (``stale_ranges``) of the ``wanted``
     ranges, from the K its entry serves (as the tuner's log names it: the largest
-    range's entries start at the benchmark's K, below the threshold), then per op
-    and dtype a --shapes value naming them."""
+    range's entries start at the benchmark's K, below the threshold), marked where
+    that entry is the architecture's file's, not one of ``own`` (the GPU model's
+    file: a range it has no entry for, below its lowest), then per op and dtype a
+    --shapes value naming them."""
     shapes = {}
     for problem in problems:
-        table = k_ranges(problem)
+        key, table = _dispatch.problem_key(problem), k_ranges(problem)
         for range_idx, later in sorted(stale_ranges(problem, entries).items()):
             if range_idx in wanted(problem):
-                start = next((entry["k_min"] for entry in entries.get(_dispatch.problem_key(problem), [])
-                              if range_index(entry, table) == range_idx and "k_min" in entry), table[range_idx][0])
-                print(f"{_dispatch.problem_key(problem)} K>={start}: later winners {', '.join(later)}")
+                entry = next(entry for entry in entries[key] if range_index(entry, table) == range_idx)
+                start = entry.get("k_min", table[range_idx][0])
+                shared = "" if entry in own.get(key, []) else " (the architecture's entry; none of this GPU's)"
+                print(f"{key} K>={start}{shared}: later winners {', '.join(later)}")
                 shape = str(problem.m) if problem.m == problem.n else f"{problem.m}x{problem.n}"
                 shapes.setdefault((_dispatch.op_name(problem), problem.dtype), []).append(shape)
     for (op, dtype), listed in shapes.items():
@@ -801,7 +804,9 @@ def main(argv=None) -> None:
         print(f"{len(problems)} problems with stale ranges on {stale_of}", flush=True)
 
     if args.stale is not None:
-        print_stale(problems, wanted, _dispatch.database(_cuda.arch(), args.stale))
+        own = database_file(_cuda.arch(), args.stale, of_model=True)
+        print_stale(problems, wanted, _dispatch.database(_cuda.arch(), args.stale),
+                    json.loads(own.read_text())["entries"] if own.exists() else {})
         return
     if args.compile_only:
         arch = _cuda.arch()  # the default architecture where this machine has no GPU

@@ -204,10 +204,11 @@ def _entries_with_a_stale_width(monkeypatch) -> tuple[Problem, dict]:
     return problem, entries
 
 
-def test_stale_entries_predate_another_kernel_winning_nearby(monkeypatch, capsys):
+def test_stale_entries_predate_another_kernel_winning_nearby(monkeypatch, capsys, tmp_path):
     """An entry is stale where a winner ``nearby_winners`` offers now is another
     kernel, tuned on a later day (an undated entry predates every dated one): its
-    tuning could not time it. ``--stale`` lists such shapes for a re-tune."""
+    tuning could not time it. ``--stale`` lists such shapes for a re-tune, marking
+    the ranges the GPU model's own file has no entry for."""
     problem, entries = _entries_with_a_stale_width(monkeypatch)
     assert tune.stale_ranges(problem, entries) == {0: ["atb:float64:6x6"]}  # range 1: 6x6 won with 5x5's own kernel
     third = entries["atb:float64:4x4"][0]["config"]  # another kernel than 5x5's
@@ -218,9 +219,17 @@ def test_stale_entries_predate_another_kernel_winning_nearby(monkeypatch, capsys
     assert tune.stale_ranges(problem, entries) == {1: ["atb:float64:6x6"]}
     monkeypatch.setattr(_dispatch, "database", lambda arch, device="": entries)
     entries["atb:float64:5x5"][1]["k_min"] = 900  # the largest range's entry serves from the K it was timed at
-    tune.main(["--stale", "NVIDIA H200", "--ops", "atb", "--dtypes", "float64", "--shapes", "5", "--k-min", "1000"])
+    own = tmp_path / "sm_90.NVIDIA_H200.json"  # the GPU model's own file
+    monkeypatch.setattr(tune, "database_file", lambda arch, device, of_model: own)
+    argv = ["--stale", "NVIDIA H200", "--ops", "atb", "--dtypes", "float64", "--shapes", "5", "--k-min", "1000"]
+    own.write_text(json.dumps({"entries": {"atb:float64:5x5": entries["atb:float64:5x5"]}}))
+    tune.main(argv)
     assert capsys.readouterr().out == ("atb:float64:5x5 K>=900: later winners atb:float64:6x6\n"
                                        "--ops atb --dtypes float64 --shapes 5\n")
+    own.write_text(json.dumps({"entries": {}}))  # the range's entry is the architecture's file's
+    tune.main(argv)
+    assert capsys.readouterr().out.splitlines()[0] == (
+        "atb:float64:5x5 K>=900 (the architecture's entry; none of this GPU's): later winners atb:float64:6x6")
 
 
 def test_a_neighbour_re_tuned_to_its_kernel_keeps_its_day(monkeypatch, tmp_path, fake_gpu):
