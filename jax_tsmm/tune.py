@@ -245,7 +245,7 @@ def confirmed(timings: list, xla_s: float, ours, xla, sets: list[tuple], roof: f
     for finalist_s, spec in finalists:
         print(_timing_line(finalist_s, roof, spec), flush=True)
     print(f"    {xla_s * 1e3:8.3f} ms ({100 * roof / xla_s:5.1f}%)  XLA's dot", flush=True)
-    fastest = min(long_s for long_s, _ in finalists)
+    fastest = min(long_s)
     chosen = next(t for t in finalists if t[0] <= fastest * (1 + CONFIRM_TIE))
     short_s = next(short_s for short_s, spec in timings if spec == chosen[1])
     return [chosen], xla_s, {"candidates": len(timings), "loop_seconds": seconds, "short_pct": 100 * roof / short_s}
