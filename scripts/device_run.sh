@@ -4,7 +4,7 @@
 #
 #   scripts/device_run.sh tests sanitize "bench --dtypes float64 --widths 1-64"
 #
-# Steps: tests [ARGS] (pytest -m gpu; repeatable), suite (the whole pytest suite on the GPU),
+# Steps: tests [ARGS] (pytest -m gpu; repeatable; TEST_PROCESSES=N: in N processes at once, ARGS without --shard), suite (the whole pytest suite on the GPU),
 # sanitize (compute-sanitizer on a kernel sample), probe (scripts/probe_bandwidth.py:
 # the DRAM bandwidth of streaming access patterns, timed per launch), clocks SHAPES
 # (scripts/clocks_under_load.py: SM clock and power while each shape runs for seconds), bench ARGS (repeatable),
@@ -59,6 +59,30 @@ run_bench() {  # run_bench NAME ARGS...: the bench, one JSON, Markdown and PNG, 
   [ -f "$OUT/$name.json" ] && python3 -m jax_tsmm.bench --summary "$OUT/$name.json" >> "$summary"
 }
 
+test_processes() {  # test_processes NAME ARGS...: pytest's --shard i/N of them in N=TEST_PROCESSES processes at once,
+  # one log and one JUnit report each: the tests spend most of their time on the CPU (drawing operands, numpy's
+  # reference), one process at a time kept 1 of the 16 cores busy (2.7 s a test, 2026-12-01). JAX does not
+  # preallocate, and each process may grow to its share of the GPU's memory.
+  local name=$1; shift
+  local start=$SECONDS n=$TEST_PROCESSES rc=0 pids=() i
+  local share; share=$(awk -v n="$n" 'BEGIN { printf "%.3f", 0.9 / n }')
+  for i in $(seq 1 "$n"); do
+    XLA_PYTHON_CLIENT_PREALLOCATE=false XLA_PYTHON_CLIENT_MEM_FRACTION=$share \
+      timeout -k 5 "$(seconds_left)" python3 -m pytest -m gpu -q --maxfail=25 -p no:cacheprovider \
+      --junitxml="$OUT/$name.$i.xml" "$@" --shard "$i/$n" > "$OUT/$name.$i.log" 2>&1 &
+    pids+=($!)
+  done
+  for i in "${!pids[@]}"; do wait "${pids[$i]}"; local code=$?; [ $code -ne 0 ] && rc=$code
+    local log="$OUT/$name.$((i + 1)).log" counts
+    counts=$(grep -Eo '[0-9]+ (passed|failed|skipped|errors?)' "$log" | paste -sd, -)
+    [ -z "$counts" ] && counts="cut off after $(grep -E '^[.FEsx]+( +\[ *[0-9]+%\])?$' "$log" | tr -cd '.FEsx' | wc -c) tests"
+    echo "$name $((i + 1))/$n: $counts" >> "$summary"
+  done
+  cat "$OUT/$name".*.log > "$OUT/$name.log"
+  echo "$name: rc=$rc, $((SECONDS - start)) s, $n processes" >> "$summary"
+  return $rc
+}
+
 gpu_name=$(nvidia-smi --query-gpu=name --format=csv,noheader)
 if [[ -n ${REQUIRE_GPU:-} && $gpu_name != *"$REQUIRE_GPU"* ]]; then
   echo "REQUIRE_GPU=$REQUIRE_GPU: this GPU is $gpu_name; nothing run"; exit 3
@@ -74,7 +98,8 @@ for item in "$@"; do  # a step's ARGS may quote: "tune --only-stale 'NVIDIA H200
   case $name in
     tests)  # tests, tests2, ...: "tests tests/test_gpu.py -k 'tensor_core or update'"
       test_steps=$((test_steps + 1)); [ $test_steps -gt 1 ] && name=tests$test_steps
-      eval "step $name python3 -m pytest -m gpu -q --maxfail=25 -p no:cacheprovider --junitxml=$OUT/$name.xml $args" ;;
+      if [ "${TEST_PROCESSES:-1}" -gt 1 ]; then eval "test_processes $name $args"
+      else eval "step $name python3 -m pytest -m gpu -q --maxfail=25 -p no:cacheprovider --junitxml=$OUT/$name.xml $args"; fi ;;
     suite) step suite python3 -m pytest -q -p no:cacheprovider ;;
     sanitize) step sanitize scripts/sanitize.sh ;;
     probe) step probe python3 scripts/probe_bandwidth.py --json "$OUT/probe.json" ;;
