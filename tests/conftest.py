@@ -64,9 +64,10 @@ def pytest_report_header(config):
 
 
 def pytest_addoption(parser):
-    parser.addoption("--shard", default=None, metavar="I/N",
+    parser.addoption("--shard", action="append", default=[], metavar="I/N",
                      help="run the I-th of N interleaved shards of the selected tests (every N-th, from the "
-                          "I-th): the GPU suite takes longer than one device call, so its shards go in several")
+                          "I-th): the GPU suite takes longer than one device call, so its shards go in several; "
+                          "repeated, each a shard of the one before (a call's processes split its shard)")
 
 
 def shard(items: list, spec: str) -> tuple[list, list]:
@@ -83,8 +84,8 @@ def shard(items: list, spec: str) -> tuple[list, list]:
 
 @pytest.hookimpl(trylast=True)  # after -m and -k have deselected: a shard of what they keep
 def pytest_collection_modifyitems(config, items):
-    if config.getoption("--shard"):
-        items[:], left_out = shard(items, config.getoption("--shard"))
+    for spec in config.getoption("--shard"):
+        items[:], left_out = shard(items, spec)
         config.hook.pytest_deselected(items=left_out)
     skip_gpu = None if has_gpu() else pytest.mark.skip(reason="needs a CUDA GPU")
     skip_nvcc = None if has_nvcc() else pytest.mark.skip(reason="needs the nvcc compiler")

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 from conftest import shard
 
@@ -22,3 +26,22 @@ def test_the_shards_cover_the_selection_once_each():
 def test_a_shard_outside_its_count_is_refused(spec):
     with pytest.raises(pytest.UsageError):
         shard(["test_a", "test_b"], spec)
+
+
+
+def collected(tmp_path, *options) -> list[str]:
+    """The test ids pytest collects from this module and test_errors.py with ``options``,
+    run as a user runs it (from outside the source tree, which would shadow the package)."""
+    modules = [str(Path(__file__).parent / name) for name in ("test_shards.py", "test_errors.py")]
+    done = subprocess.run([sys.executable, "-c", "import sys, pytest; sys.exit(pytest.main(sys.argv[1:]))",
+                           *modules, "--collect-only", "-q", "-p", "no:cacheprovider", *options],
+                          cwd=tmp_path, capture_output=True, text=True, check=True)
+    return [line for line in done.stdout.splitlines() if "::" in line]
+
+
+def test_a_repeated_shard_splits_the_one_before(tmp_path):
+    """``--shard 2/3 --shard 1/2``: the first half of the second third, every sixth
+    test from the second, as one of two processes of a call given the second third."""
+    everything = collected(tmp_path)
+    assert len(everything) > 12
+    assert collected(tmp_path, "--shard", "2/3", "--shard", "1/2") == everything[1::6]
