@@ -5,9 +5,10 @@ kernel cache, to carry to the device (docs/performance.md, Method).
 
 The arguments are pytest's, after ``tests/test_gpu.py tests/test_mtsm_gpu.py -m gpu``:
 give the selection a device call's `tests` step will make. The kernels of the families
-in each module's KERNEL_FAMILIES (tests/kernel_families.py: the forced-spec paths, the
-tuner's candidates and the tuned databases' kernels) are compiled; the other tests'
-kernels, dispatch's choices, still compile on the device.
+in each module's KERNEL_FAMILIES (tests/kernel_families.py: the model's choices of
+test_shapes, the forced-spec paths, the tuner's candidates and the tuned databases'
+kernels) are compiled; the other tests' kernels, dispatch's choices, still compile on
+the device.
 """
 
 from __future__ import annotations

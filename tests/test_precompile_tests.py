@@ -35,3 +35,17 @@ def test_compiles_the_mtsm_tests_kernels_too(tmp_path):
                           check=True, capture_output=True, text=True)
     assert f"{len(specs)} kernels of 1 tests for sm_90" in done.stdout
     assert len(list(tmp_path.glob("tsmm_mtsmt_float64_n3_*.cubin"))) == len(specs)
+
+
+@pytest.mark.nvcc
+def test_compiles_the_models_kernels_of_the_selected_shapes(tmp_path):
+    """test_shapes' cases Aᵀ B float64 2 x 8 and 2 x 12: the model's kernel of each,
+    the one the case lowers (test_gpu.py's model_kernel), and no other case's."""
+    from test_gpu import model_kernel
+
+    specs = model_kernel("atb", "float64", 2, 8, False, 4099) + model_kernel("atb", "float64", 2, 12, False, 33)
+    env = dict(os.environ, JAX_TSMM_CACHE_DIR=str(tmp_path))
+    done = subprocess.run([sys.executable, str(SCRIPT), "-k", "test_shapes and (atb-float64-2-8- or atb-float64-2-12-)"],
+                          env=env, check=True, capture_output=True, text=True)
+    assert "2 kernels of 2 tests for sm_90" in done.stdout
+    assert sorted(path.name.split("_sm_90_")[0] for path in tmp_path.glob("*.cubin")) == sorted(s.name for s in specs)
