@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import sys
+import traceback
 from pathlib import Path
 
 import jax
@@ -80,6 +81,22 @@ def shard(items: list, spec: str) -> tuple[list, list]:
     kept = items[int(index) - 1::int(count)]
     chosen = set(kept)
     return kept, [item for item in items if item not in chosen]
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """Once a failed test's report is written, its frames let go of their locals: the
+    traceback's reference cycle would keep them, a test's GPU arrays among them, until
+    Python's cycle collector ran, which GPU memory does not prompt (pytest issue
+    #12198), so one failure could exhaust the memory of the tests after it. Under
+    --pdb the debugger still gets them."""
+    yield
+    if call.excinfo is not None and not item.config.getoption("usepdb"):
+        traceback.clear_frames(call.excinfo.tb)
+        frames = call.excinfo.tb
+        while frames is not None:  # the dicts of locals the report's formatting read outlive
+            frames.tb_frame.f_locals  # clear() until read again (CPython 3.11 and 3.12)
+            frames = frames.tb_next
 
 
 @pytest.hookimpl(trylast=True)  # after -m and -k have deselected: a shard of what they keep

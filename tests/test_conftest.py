@@ -1,4 +1,5 @@
-"""``pytest --shard I/N`` (tests/conftest.py): the GPU suite in interleaved shards."""
+"""tests/conftest.py's hooks: ``pytest --shard I/N`` (the GPU suite in interleaved
+shards), and a failed test's locals let go of."""
 
 from __future__ import annotations
 
@@ -32,7 +33,7 @@ def test_a_shard_outside_its_count_is_refused(spec):
 def collected(tmp_path, *options) -> list[str]:
     """The test ids pytest collects from this module and test_errors.py with ``options``,
     run as a user runs it (from outside the source tree, which would shadow the package)."""
-    modules = [str(Path(__file__).parent / name) for name in ("test_shards.py", "test_errors.py")]
+    modules = [str(Path(__file__).parent / name) for name in ("test_conftest.py", "test_errors.py")]
     done = subprocess.run([sys.executable, "-c", "import sys, pytest; sys.exit(pytest.main(sys.argv[1:]))",
                            *modules, "--collect-only", "-q", "-p", "no:cacheprovider", *options],
                           cwd=tmp_path, capture_output=True, text=True, check=True)
@@ -45,3 +46,27 @@ def test_a_repeated_shard_splits_the_one_before(tmp_path):
     everything = collected(tmp_path)
     assert len(everything) > 12
     assert collected(tmp_path, "--shard", "2/3", "--shard", "1/2") == everything[1::6]
+
+
+def test_a_failed_tests_locals_are_let_go_of_at_once(tmp_path):
+    """A failed test's arrays (GPU memory in the GPU suite) are freed when it ends,
+    not when Python's cycle collector next runs: the test after it, with the
+    collector off, finds them gone. Run as a user runs it, this folder's conftest.py
+    a plugin."""
+    (tmp_path / "test_two.py").write_text("""
+import gc, weakref
+held = []
+class Array: pass
+def test_fails():
+    gc.disable()
+    array = Array()
+    held.append(weakref.ref(array))
+    assert False
+def test_after():
+    assert held[0]() is None
+""")
+    run = ("import sys, pytest; sys.path.insert(0, sys.argv[1]); "
+           "sys.exit(pytest.main([sys.argv[2], '-p', 'conftest', '-p', 'no:cacheprovider', '-q']))")
+    done = subprocess.run([sys.executable, "-c", run, str(Path(__file__).parent), str(tmp_path / "test_two.py")],
+                          cwd=tmp_path, capture_output=True, text=True)
+    assert "1 failed, 1 passed" in done.stdout, done.stdout
