@@ -64,7 +64,7 @@ run_bench() {  # run_bench NAME ARGS...: the bench, one JSON, Markdown and PNG, 
 
 test_processes() {  # test_processes NAME ARGS...: pytest's --shard i/N of them in N=TEST_PROCESSES processes at once,
   # one log and one JUnit report each: the tests spend most of their time on the CPU (drawing operands, numpy's
-  # reference), one process at a time kept 1 of the 16 cores busy (2.7 s a test, 2026-12-01). JAX does not
+  # reference, compiling), where one process took 2.7 s a test of the machine's 16 cores (2026-12-01). JAX does not
   # preallocate and each process grows as its tests need, to 0.75 of the GPU: test_64_bit_indexing holds
   # over 10 GB at once (its 9.1 GB operand, float64 slices of it), near a fixed eighth of an H200's memory
   # (at 0.9 / 8 it failed, unexplained, 2026-12-01); the others a few GB.

@@ -29,7 +29,6 @@ def test_a_shard_outside_its_count_is_refused(spec):
         shard(["test_a", "test_b"], spec)
 
 
-
 def collected(tmp_path, *options) -> list[str]:
     """The test ids pytest collects from this module and test_errors.py with ``options``,
     run as a user runs it (from outside the source tree, which would shadow the package)."""
