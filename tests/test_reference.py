@@ -8,6 +8,7 @@ import pytest
 
 from reference import (
     ALL_DTYPES,
+    LARGE_DRAW,
     assert_close,
     atb_ref,
     dtype_id,
@@ -90,6 +91,24 @@ def test_random_operand(dtype):
         assert np.all(x.imag != 0)
     y = random_operand(rng, (200, 3), dtype)
     assert not np.array_equal(x, y)  # fresh data on every draw
+
+
+@pytest.mark.parametrize("dtype", ALL_DTYPES, ids=dtype_id)
+def test_large_operands_drawn_by_jax(dtype):
+    """An operand of LARGE_DRAW elements and more, drawn by JAX's generator: its
+    dtype, normal moments at the scale asked for (complex: real and imaginary parts
+    of half the variance each), writable, fresh on every draw, and the same from the
+    same seed of ``rng``."""
+    shape = (LARGE_DRAW // 2 + 1, 2)
+    rng = np.random.default_rng(7)
+    x = random_operand(rng, shape, dtype, scale=3.0)
+    assert x.dtype == np.dtype(dtype) and x.shape == shape and x.flags.writeable
+    wide = x.astype(np.complex128)
+    parts = (wide.real, wide.imag) if is_complex(dtype) else (wide.real,)
+    for part in parts:
+        assert abs(part.mean()) < 0.01 and part.var() == pytest.approx(9 / len(parts), rel=0.01)
+    assert not np.array_equal(x, random_operand(rng, shape, dtype, scale=3.0))
+    assert np.array_equal(x, random_operand(np.random.default_rng(7), shape, dtype, scale=3.0))
 
 
 def test_bound_is_zero_free_and_scales():
