@@ -62,6 +62,10 @@ run_bench() {  # run_bench NAME ARGS...: the bench, one JSON, Markdown and PNG, 
   [ -f "$OUT/$name.json" ] && python3 -m jax_tsmm.bench --summary "$OUT/$name.json" >> "$summary"
 }
 
+failed_tests() {  # failed_tests LOG: pytest's lines naming its failed tests (at most 10), for the summary
+  grep -E '^(FAILED|ERROR) ' "$1" | head -10 | cut -c1-200
+}
+
 test_processes() {  # test_processes NAME ARGS...: pytest's --shard i/N of them in N=TEST_PROCESSES processes at once,
   # one log and one JUnit report each: the tests spend most of their time on the CPU (drawing operands, numpy's
   # reference, compiling), where one process took 2.7 s a test of the machine's 16 cores (2026-12-01). JAX does not
@@ -81,6 +85,7 @@ test_processes() {  # test_processes NAME ARGS...: pytest's --shard i/N of them 
     counts=$(grep -Eo '[0-9]+ (passed|failed|skipped|errors?)' "$log" | paste -sd, -)
     [ -z "$counts" ] && counts="cut off after $(grep -E '^[.FEsx]+( +\[ *[0-9]+%\])?$' "$log" | tr -cd '.FEsx' | wc -c) tests"
     echo "$name $((i + 1))/$n: $counts" >> "$summary"
+    failed_tests "$log" >> "$summary"
   done
   cat "$OUT/$name".*.log > "$OUT/$name.log"
   echo "$name: rc=$rc, $((SECONDS - start)) s, $n processes" >> "$summary"
@@ -103,7 +108,8 @@ for item in "$@"; do  # a step's ARGS may quote: "tune --only-stale 'NVIDIA H200
     tests)  # tests, tests2, ...: "tests tests/test_gpu.py -k 'tensor_core or update'"
       test_steps=$((test_steps + 1)); [ $test_steps -gt 1 ] && name=tests$test_steps
       if [ "${TEST_PROCESSES:-1}" -gt 1 ]; then eval "test_processes $name $args"
-      else eval "step $name python3 -m pytest -m gpu -q --maxfail=25 -p no:cacheprovider --junitxml=$OUT/$name.xml $args"; fi ;;
+      else eval "step $name python3 -m pytest -m gpu -q --maxfail=25 -p no:cacheprovider --junitxml=$OUT/$name.xml $args"
+        failed_tests "$OUT/$name.log" >> "$summary"; fi ;;
     suite) step suite python3 -m pytest -q -p no:cacheprovider ;;
     sanitize) step sanitize scripts/sanitize.sh ;;
     probe) step probe python3 scripts/probe_bandwidth.py --json "$OUT/probe.json" ;;
